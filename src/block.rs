@@ -1,0 +1,210 @@
+//! The 4 KB block: a 96-byte header followed by 25 tag slots of 160 bytes.
+//!
+//! Header layout (little-endian), see DESIGN.md for the full table:
+//!
+//! | off | len | field |
+//! |-----|-----|-------|
+//! | 0   | 4   | CRC32 of bytes 4..4096 |
+//! | 4   | 1   | kind: 0 never written/free, 0xB1 primary, 0xB2 secondary |
+//! | 5   | 1   | reserved (0) |
+//! | 6   | 4   | occupancy bitmap, bit i = slot i holds a tag |
+//! | 10  | 4   | owner: global primary bucket index of the chain |
+//! | 14  | 4   | ordinal: 0 in a primary bucket, k >= 1 for the k-th linked secondary |
+//! | 18  | 3   | reserved (0) |
+//! | 21  | 25  | per-slot 8-bit whole-tag fingerprints |
+//! | 46  | 50  | per-slot 16-bit key fingerprints |
+
+use crate::tag::{SlotBytes, SLOT_SIZE};
+
+/// Bytes in a block.
+pub const BLOCK_SIZE: usize = 4096;
+/// Tag slots in a block.
+pub const SLOTS_PER_BLOCK: usize = 25;
+/// Bytes of block header before the first slot.
+pub const HEADER_SIZE: usize = BLOCK_SIZE - SLOTS_PER_BLOCK * SLOT_SIZE;
+
+/// Kind byte of a block that was never written (or was freed).
+pub const KIND_EMPTY: u8 = 0;
+/// Kind byte of a block in the primary partition.
+pub const KIND_PRIMARY: u8 = 0xB1;
+/// Kind byte of a block in the secondary partition.
+pub const KIND_SECONDARY: u8 = 0xB2;
+
+const OFF_KIND: usize = 4;
+const OFF_BITMAP: usize = 6;
+const OFF_OWNER: usize = 10;
+const OFF_ORDINAL: usize = 14;
+const OFF_TAGFP: usize = 21;
+const OFF_KEYFP: usize = 46;
+const FULL_MASK: u32 = (1 << SLOTS_PER_BLOCK) - 1;
+
+fn rd_u32(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+
+/// Read-only view of one block.
+#[derive(Clone, Copy)]
+pub struct BlockRef<'a>(pub &'a [u8]);
+
+impl<'a> BlockRef<'a> {
+    /// Stored CRC field.
+    pub fn stored_crc(&self) -> u32 {
+        rd_u32(self.0, 0)
+    }
+    /// CRC computed over the block body.
+    pub fn computed_crc(&self) -> u32 {
+        crc32fast::hash(&self.0[4..])
+    }
+    /// True when every byte is zero (a block never written).
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|&b| b == 0)
+    }
+    /// True when the header says never written; the body should then be zero.
+    pub fn is_unwritten(&self) -> bool {
+        self.0[..HEADER_SIZE].iter().all(|&b| b == 0)
+    }
+    /// True when the checksum matches (or the block is entirely zero).
+    pub fn crc_ok(&self) -> bool {
+        if self.is_unwritten() {
+            return self.is_zero();
+        }
+        self.stored_crc() == self.computed_crc()
+    }
+    /// Kind byte.
+    pub fn kind(&self) -> u8 {
+        self.0[OFF_KIND]
+    }
+    /// Occupancy bitmap (only the low 25 bits are meaningful).
+    pub fn bitmap(&self) -> u32 {
+        rd_u32(self.0, OFF_BITMAP)
+    }
+    /// True if the bitmap has bits beyond slot 24.
+    pub fn bitmap_valid(&self) -> bool {
+        self.bitmap() & !FULL_MASK == 0
+    }
+    /// Number of occupied slots.
+    pub fn used(&self) -> u32 {
+        (self.bitmap() & FULL_MASK).count_ones()
+    }
+    /// Owner primary bucket index.
+    pub fn owner(&self) -> u32 {
+        rd_u32(self.0, OFF_OWNER)
+    }
+    /// Ordinal in the chain.
+    pub fn ordinal(&self) -> u32 {
+        rd_u32(self.0, OFF_ORDINAL)
+    }
+    /// Whether slot `i` is occupied.
+    pub fn occupied(&self, i: usize) -> bool {
+        self.bitmap() & (1 << i) != 0
+    }
+    /// First free slot, if any.
+    pub fn first_free(&self) -> Option<usize> {
+        let free = !self.bitmap() & FULL_MASK;
+        (free != 0).then(|| free.trailing_zeros() as usize)
+    }
+    /// Key fingerprint of slot `i`.
+    pub fn key_fp(&self, i: usize) -> u16 {
+        let o = OFF_KEYFP + 2 * i;
+        u16::from_le_bytes([self.0[o], self.0[o + 1]])
+    }
+    /// Whole-tag fingerprint of slot `i`.
+    pub fn tag_fp(&self, i: usize) -> u8 {
+        self.0[OFF_TAGFP + i]
+    }
+    /// Slot bytes of slot `i`.
+    pub fn slot(&self, i: usize) -> &'a [u8] {
+        let o = HEADER_SIZE + i * SLOT_SIZE;
+        &self.0[o..o + SLOT_SIZE]
+    }
+    /// Occupied slots whose key fingerprint equals `fp`, as a bitmask.
+    pub fn matching(&self, fp: u16) -> u32 {
+        let mut bits = self.bitmap() & FULL_MASK;
+        let mut out = 0;
+        while bits != 0 {
+            let i = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if self.key_fp(i) == fp {
+                out |= 1 << i;
+            }
+        }
+        out
+    }
+}
+
+/// Mutable view of one block.
+pub struct BlockMut<'a>(pub &'a mut [u8]);
+
+impl BlockMut<'_> {
+    /// Read-only view.
+    pub fn as_ref(&self) -> BlockRef<'_> {
+        BlockRef(self.0)
+    }
+    /// Sets kind, owner and ordinal (first write of a block).
+    pub fn set_identity(&mut self, kind: u8, owner: u32, ordinal: u32) {
+        self.0[OFF_KIND] = kind;
+        self.0[OFF_OWNER..OFF_OWNER + 4].copy_from_slice(&owner.to_le_bytes());
+        self.0[OFF_ORDINAL..OFF_ORDINAL + 4].copy_from_slice(&ordinal.to_le_bytes());
+    }
+    fn set_bitmap(&mut self, v: u32) {
+        self.0[OFF_BITMAP..OFF_BITMAP + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    /// Stores a tag in slot `i` with its fingerprints.
+    pub fn put(&mut self, i: usize, slot: &SlotBytes, key_fp: u16, tag_fp: u8) {
+        let o = HEADER_SIZE + i * SLOT_SIZE;
+        self.0[o..o + SLOT_SIZE].copy_from_slice(slot);
+        self.0[OFF_KEYFP + 2 * i..OFF_KEYFP + 2 * i + 2].copy_from_slice(&key_fp.to_le_bytes());
+        self.0[OFF_TAGFP + i] = tag_fp;
+        let bm = self.as_ref().bitmap() | (1 << i);
+        self.set_bitmap(bm);
+    }
+    /// Empties slot `i` (zeroes it and its fingerprints).
+    pub fn clear(&mut self, i: usize) {
+        let o = HEADER_SIZE + i * SLOT_SIZE;
+        self.0[o..o + SLOT_SIZE].fill(0);
+        self.0[OFF_KEYFP + 2 * i..OFF_KEYFP + 2 * i + 2].fill(0);
+        self.0[OFF_TAGFP + i] = 0;
+        let bm = self.as_ref().bitmap() & !(1 << i);
+        self.set_bitmap(bm);
+    }
+    /// Recomputes and stores the CRC.
+    pub fn seal(&mut self) {
+        let c = crc32fast::hash(&self.0[4..]);
+        self.0[0..4].copy_from_slice(&c.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tag::{encode, Tag};
+
+    #[test]
+    fn header_fits_and_put_clear() {
+        assert_eq!(HEADER_SIZE, 96);
+        assert!(OFF_KEYFP + 2 * SLOTS_PER_BLOCK <= HEADER_SIZE);
+        let mut buf = vec![0u8; BLOCK_SIZE];
+        assert!(BlockRef(&buf).crc_ok());
+        let mut b = BlockMut(&mut buf);
+        b.set_identity(KIND_PRIMARY, 7, 0);
+        let s = encode(&Tag::new("a", "b", "c")).expect("fits");
+        b.put(3, &s, 0xBEEF, 9);
+        b.seal();
+        let r = BlockRef(&buf);
+        assert!(r.crc_ok());
+        assert_eq!(r.used(), 1);
+        assert_eq!(r.matching(0xBEEF), 1 << 3);
+        assert_eq!(r.first_free(), Some(0));
+        assert_eq!((r.kind(), r.owner(), r.ordinal()), (KIND_PRIMARY, 7, 0));
+        buf[200] ^= 1;
+        assert!(!BlockRef(&buf).crc_ok());
+        buf[200] ^= 1;
+        let mut b = BlockMut(&mut buf);
+        b.clear(3);
+        b.seal();
+        assert_eq!(BlockRef(&buf).used(), 0);
+        assert!(BlockRef(&buf).slot(3).iter().all(|&x| x == 0));
+    }
+}

@@ -1,0 +1,160 @@
+//! `check`: verifies every checksum and invariant of a store.
+
+use crate::block::{BlockRef, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK};
+use crate::error::Result;
+use crate::format::{Intent, INTENT_BLOCK};
+use crate::store::Store;
+use crate::tables::Tables;
+use crate::tag::{self, bucket_of, key_fp, key_hash, tag_fp_of, used_prefix};
+use serde::Serialize;
+use xxhash_rust::xxh3::xxh3_128;
+
+/// Faults found by [`Store::check`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckReport {
+    /// Blocks whose checksum and header were examined.
+    pub blocks_checked: u64,
+    /// Tags found in the object half.
+    pub object_tags: u64,
+    /// Tags found in the subject half.
+    pub subject_tags: u64,
+    /// One line per fault, naming the block or bucket.
+    pub faults: Vec<String>,
+}
+
+impl CheckReport {
+    /// True when no fault was found.
+    pub fn ok(&self) -> bool {
+        self.faults.is_empty()
+    }
+
+    fn fault(&mut self, m: String) {
+        if self.faults.len() < 10_000 {
+            self.faults.push(m);
+        }
+    }
+}
+
+impl Store {
+    /// Verifies checksums, headers, slots, chains, tables and that both halves hold the same tags.
+    pub fn check(&self) -> Result<CheckReport> {
+        let inner = self.read();
+        let geo = self.geometry;
+        let seed = self.seed;
+        let file = &inner.file;
+        let mut r = CheckReport::default();
+        if let Some(i) = Intent::decode(file.block(INTENT_BLOCK)?) {
+            r.fault(format!(
+                "block 1: an interrupted {:?} is still recorded in the intent block",
+                i.op
+            ));
+        }
+        let mut hashes: [Vec<u128>; 2] = [Vec::new(), Vec::new()];
+        let nsec = inner.tables.secondary.len() as u32;
+        let total = geo.secondary_start(nsec);
+        for b in geo.primary_start(0)..total {
+            r.blocks_checked += 1;
+            let blk = BlockRef(file.block(b)?);
+            if !blk.crc_ok() {
+                r.fault(format!("block {b}: checksum mismatch"));
+                continue;
+            }
+            if blk.is_unwritten() {
+                continue;
+            }
+            let primary = b < geo.secondary_base();
+            let (want_kind, bucket_desc) = if primary {
+                let g = ((b - geo.primary_start(0)) / geo.blocks_per_primary as u64) as u32;
+                if blk.owner() != g || blk.ordinal() != 0 {
+                    r.fault(format!("block {b}: header names bucket {} but lies in primary bucket {g}", blk.owner()));
+                    continue;
+                }
+                (KIND_PRIMARY, format!("primary bucket {g}"))
+            } else {
+                let s = ((b - geo.secondary_base()) / geo.blocks_per_secondary as u64) as u32;
+                (KIND_SECONDARY, format!("secondary bucket {s}"))
+            };
+            if blk.kind() != want_kind || !blk.bitmap_valid() {
+                r.fault(format!("block {b}: bad kind or bitmap for {bucket_desc}"));
+                continue;
+            }
+            let owner = blk.owner();
+            if owner >= geo.primary_buckets() {
+                r.fault(format!("block {b}: owner {owner} out of range"));
+                continue;
+            }
+            let half = geo.half_of(owner);
+            for i in 0..SLOTS_PER_BLOCK {
+                let slot = blk.slot(i);
+                if !blk.occupied(i) {
+                    if slot.iter().any(|&x| x != 0) || blk.key_fp(i) != 0 || blk.tag_fp(i) != 0 {
+                        r.fault(format!("block {b}, slot {i}: empty slot is not zeroed"));
+                    }
+                    continue;
+                }
+                let Some(v) = tag::decode(slot) else {
+                    r.fault(format!("block {b}, slot {i}: occupied slot does not decode"));
+                    continue;
+                };
+                let h = key_hash(seed, half, v.relationship, v.key_name(half));
+                if geo.global(half, bucket_of(h, geo.primary_buckets_per_half)) != owner {
+                    r.fault(format!("block {b}, slot {i}: tag hashes to another bucket than {owner}"));
+                }
+                if blk.key_fp(i) != key_fp(h) || blk.tag_fp(i) != tag_fp_of(seed, used_prefix(slot)) {
+                    r.fault(format!("block {b}, slot {i}: fingerprint mismatch"));
+                }
+                hashes[half.index()].push(xxh3_128(used_prefix(slot)));
+            }
+        }
+        // Tables in memory must equal tables rebuilt from the blocks.
+        match Tables::rebuild(file, &geo, nsec) {
+            Err(e) => r.fault(format!("chains: {e}")),
+            Ok(t) => {
+                for (g, (a, b)) in inner.tables.primary.iter().zip(&t.primary).enumerate() {
+                    if a != b {
+                        r.fault(format!("primary bucket {g}: table {a:?} but blocks say {b:?}"));
+                    }
+                }
+                for (s, (a, b)) in inner.tables.secondary.iter().zip(&t.secondary).enumerate() {
+                    let superset = a.filter.iter().zip(&b.filter).all(|(x, y)| x & y == *y);
+                    if (a.owner, a.ordinal, a.next, a.used) != (b.owner, b.ordinal, b.next, b.used)
+                        || !superset
+                    {
+                        r.fault(format!("secondary bucket {s}: table disagrees with its blocks"));
+                    }
+                }
+                if inner.tables.free != t.free {
+                    r.fault("free list of secondary buckets disagrees with the blocks".into());
+                }
+            }
+        }
+        if let Err(e) = inner.tables.validate_links(&geo) {
+            r.fault(format!("tables: {e}"));
+        }
+        r.object_tags = hashes[0].len() as u64;
+        r.subject_tags = hashes[1].len() as u64;
+        for h in hashes.iter_mut() {
+            h.sort_unstable();
+        }
+        for (name, h) in ["object", "subject"].iter().zip(&hashes) {
+            let dups = h.windows(2).filter(|w| w[0] == w[1]).count();
+            if dups > 0 {
+                r.fault(format!("{name} half holds {dups} duplicate tags"));
+            }
+        }
+        if hashes[0] != hashes[1] {
+            r.fault(format!(
+                "the halves differ: {} tags indexed by object, {} by subject, or the same count of different tags",
+                hashes[0].len(),
+                hashes[1].len()
+            ));
+        }
+        if r.object_tags != inner.tag_count {
+            r.fault(format!(
+                "tag count {} disagrees with {} tags found",
+                inner.tag_count, r.object_tags
+            ));
+        }
+        Ok(r)
+    }
+}

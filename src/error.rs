@@ -1,0 +1,102 @@
+//! Errors returned by the store.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Result type used throughout tagstore.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when using a store.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    Io {
+        /// What the store was doing.
+        context: String,
+        /// The underlying error.
+        source: io::Error,
+    },
+    /// The path does not exist.
+    NotFound(PathBuf),
+    /// The path already exists and `create` refuses to overwrite it.
+    AlreadyExists(PathBuf),
+    /// The file is not a tagstore file (wrong magic).
+    NotAStore(PathBuf),
+    /// The file was written by a newer, unknown format version.
+    UnsupportedVersion {
+        /// Format version found in the file.
+        found: u32,
+        /// Highest version this build reads.
+        supported: u32,
+    },
+    /// Another process (or another handle) holds the store.
+    Locked(PathBuf),
+    /// The file is damaged; the message names the place.
+    Corrupt(String),
+    /// A tag does not fit in one 160-byte slot.
+    TagTooLarge {
+        /// Bytes the encoded tag needs.
+        needed: usize,
+        /// Bytes a slot holds.
+        limit: usize,
+    },
+    /// A geometry or option value is out of range.
+    InvalidArgument(String),
+    /// A write was attempted on a store opened read-only.
+    ReadOnly,
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(msg: impl Into<String>) -> Self {
+        Error::Corrupt(msg.into())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::NotFound(p) => write!(f, "{}: no such store file", p.display()),
+            Error::AlreadyExists(p) => write!(f, "{}: file already exists", p.display()),
+            Error::NotAStore(p) => write!(
+                f,
+                "{}: not a tagstore file (bad magic or too short)",
+                p.display()
+            ),
+            Error::UnsupportedVersion { found, supported } => write!(
+                f,
+                "store format version {found} is newer than this build supports (up to {supported})"
+            ),
+            Error::Locked(p) => write!(
+                f,
+                "{}: store is locked by another process (or another open handle)",
+                p.display()
+            ),
+            Error::Corrupt(m) => write!(f, "store is corrupt: {m}"),
+            Error::TagTooLarge { needed, limit } => write!(
+                f,
+                "tag needs {needed} bytes but a slot holds {limit} (4 bytes of header plus the three strings)"
+            ),
+            Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
+            Error::ReadOnly => write!(f, "store is opened read-only"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The store file: an exclusively or shared-locked file mapped with memmap2.
+
+use crate::block::BLOCK_SIZE;
+use crate::error::{Error, Result};
+use memmap2::{Mmap, MmapMut, MmapOptions};
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+
+enum Map {
+    Ro(Mmap),
+    Rw(MmapMut),
+}
+
+/// A locked, memory-mapped store file.
+pub(crate) struct MappedFile {
+    file: File,
+    map: Map,
+    path: PathBuf,
+    len: u64,
+}
+
+fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
+    let r = if exclusive {
+        file.try_lock()
+    } else {
+        file.try_lock_shared()
+    };
+    match r {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
+        Err(TryLockError::Error(e)) => Err(Error::io(format!("locking {}", path.display()), e)),
+    }
+}
+
+impl MappedFile {
+    /// Opens and locks an existing file (exclusive when writable).
+    pub fn open(path: &Path, writable: bool) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::NotFound(path.to_path_buf()),
+                _ => Error::io(format!("opening {}", path.display()), e),
+            })?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?;
+        if !meta.is_file() {
+            return Err(Error::NotAStore(path.to_path_buf()));
+        }
+        lock(&file, path, writable)?;
+        let len = meta.len();
+        if len < 2 * BLOCK_SIZE as u64 {
+            return Err(Error::NotAStore(path.to_path_buf()));
+        }
+        let map = Self::map(&file, path, writable)?;
+        Ok(MappedFile {
+            file,
+            map,
+            path: path.to_path_buf(),
+            len,
+        })
+    }
+
+    /// Creates a new file of `len` bytes (sparse), locked exclusively.
+    pub fn create(path: &Path, len: u64) -> Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => Error::AlreadyExists(path.to_path_buf()),
+                _ => Error::io(format!("creating {}", path.display()), e),
+            })?;
+        lock(&file, path, true)?;
+        file.set_len(len)
+            .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
+        let map = Self::map(&file, path, true)?;
+        let mut f = MappedFile {
+            file,
+            map,
+            path: path.to_path_buf(),
+            len,
+        };
+        f.reserve(0, 2 * BLOCK_SIZE as u64)?;
+        Ok(f)
+    }
+
+    fn map(file: &File, path: &Path, writable: bool) -> Result<Map> {
+        // SAFETY: the file is locked (exclusively for writers, shared for
+        // readers), so no cooperating process changes it under the map; the
+        // map never outlives `file`.
+        let r = unsafe {
+            if writable {
+                MmapOptions::new().map_mut(file).map(Map::Rw)
+            } else {
+                MmapOptions::new().map(file).map(Map::Ro)
+            }
+        };
+        r.map_err(|e| Error::io(format!("mapping {}", path.display()), e))
+    }
+
+    /// Current length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True if mapped writable.
+    pub fn writable(&self) -> bool {
+        matches!(self.map, Map::Rw(_))
+    }
+
+    /// All mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Map::Ro(m) => m,
+            Map::Rw(m) => m,
+        }
+    }
+
+    /// All mapped bytes, writable.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8]> {
+        match &mut self.map {
+            Map::Ro(_) => Err(Error::ReadOnly),
+            Map::Rw(m) => Ok(m),
+        }
+    }
+
+    /// Block `n`, or a corruption error naming it if it lies past the end.
+    pub fn block(&self, n: u64) -> Result<&[u8]> {
+        let start = n
+            .checked_mul(BLOCK_SIZE as u64)
+            .filter(|s| s + BLOCK_SIZE as u64 <= self.len)
+            .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        let s = start as usize;
+        Ok(&self.bytes()[s..s + BLOCK_SIZE])
+    }
+
+    /// Block `n`, writable.
+    pub fn block_mut(&mut self, n: u64) -> Result<&mut [u8]> {
+        let start = n
+            .checked_mul(BLOCK_SIZE as u64)
+            .filter(|s| s + BLOCK_SIZE as u64 <= self.len)
+            .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        let s = start as usize;
+        Ok(&mut self.bytes_mut()?[s..s + BLOCK_SIZE])
+    }
+
+    /// Makes sure disk space backs `[off, off+len)`, so a later write through
+    /// the map cannot fault on a full disk; reports ENOSPC as an error.
+    pub fn reserve(&mut self, off: u64, len: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain syscall on an fd we own; arguments are in range.
+        let rc = unsafe {
+            libc::posix_fallocate(self.file.as_raw_fd(), off as libc::off_t, len as libc::off_t)
+        };
+        match rc {
+            0 => Ok(()),
+            // Filesystems without fallocate: fall back to trusting the map.
+            libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+            e => Err(Error::io(
+                format!("reserving disk space in {}", self.path.display()),
+                std::io::Error::from_raw_os_error(e),
+            )),
+        }
+    }
+
+    /// Changes the file length and remaps it.
+    pub fn set_len(&mut self, len: u64) -> Result<()> {
+        if len == self.len {
+            return Ok(());
+        }
+        let writable = self.writable();
+        if !writable {
+            return Err(Error::ReadOnly);
+        }
+        self.flush()?;
+        self.file
+            .set_len(len)
+            .map_err(|e| Error::io(format!("resizing {}", self.path.display()), e))?;
+        self.map = Self::map(&self.file, &self.path, true)?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// Writes bytes at an offset with a positioned write (not through the map).
+    pub fn write_at(&self, off: u64, data: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(data, off)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
+    }
+
+    /// Flushes the map and the file to stable storage.
+    pub fn flush(&self) -> Result<()> {
+        if let Map::Rw(m) = &self.map {
+            m.flush()
+                .map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))?;
+        }
+        self.file
+            .sync_all()
+            .map_err(|e| Error::io(format!("syncing {}", self.path.display()), e))
+    }
+
+    /// Flushes one byte range of the map.
+    pub fn flush_range(&self, off: usize, len: usize) -> Result<()> {
+        if let Map::Rw(m) = &self.map {
+            m.flush_range(off, len)
+                .map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))?;
+        }
+        Ok(())
+    }
+
+    /// Bytes the filesystem has allocated to the file.
+    pub fn allocated_bytes(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+    }
+}

@@ -1,0 +1,169 @@
+//! Layout statistics an operator uses to judge the geometry.
+
+use crate::block::SLOTS_PER_BLOCK;
+use crate::error::Result;
+use crate::format::Geometry;
+use crate::store::Store;
+use crate::tables::NONE;
+use serde::Serialize;
+
+/// Layout statistics of a store.
+#[derive(Clone, Debug, Serialize)]
+pub struct Stats {
+    /// Tags stored (each counted once, though stored twice).
+    pub tags: u64,
+    /// Geometry fixed at create time.
+    pub geometry: Geometry,
+    /// Primary buckets in both halves.
+    pub primary_buckets: u64,
+    /// Primary buckets holding at least one tag.
+    pub primary_buckets_used: u64,
+    /// Primary buckets whose slots are all occupied.
+    pub primary_buckets_full: u64,
+    /// Mean tags per primary bucket, chain included.
+    pub load_mean: f64,
+    /// Standard deviation of tags per primary bucket, chain included.
+    pub load_stddev: f64,
+    /// The deviation a perfectly uniform hash of single tags would give: sqrt(mean).
+    pub load_stddev_ideal: f64,
+    /// Most tags hashed to one primary bucket.
+    pub load_max: u64,
+    /// Occupied fraction of all primary slots.
+    pub primary_fill: f64,
+    /// Secondary buckets in the file.
+    pub secondary_buckets: u64,
+    /// Secondary buckets linked into a chain.
+    pub secondary_linked: u64,
+    /// Secondary buckets free for linking.
+    pub secondary_free: u64,
+    /// Primary buckets with at least one linked secondary bucket.
+    pub chains: u64,
+    /// Most secondary buckets linked to one primary bucket.
+    pub longest_chain: u64,
+    /// Empty slots that lie before an occupied slot in their chain (left by DELETE).
+    pub holes: u64,
+    /// File length in bytes.
+    pub file_bytes: u64,
+    /// Bytes the filesystem allocated (the file is sparse).
+    pub allocated_bytes: u64,
+    /// Allocated bytes per stored tag.
+    pub allocated_bytes_per_tag: f64,
+    /// Suggestions when the layout has drifted from the geometry.
+    pub advice: Vec<String>,
+}
+
+impl Store {
+    /// Computes layout statistics (reads every written block header once).
+    pub fn stats(&self) -> Result<Stats> {
+        let inner = self.read();
+        let geo = self.geometry;
+        let t = &inner.tables;
+        let n = geo.primary_buckets() as usize;
+        let mut loads = Vec::with_capacity(n);
+        let (mut used_b, mut full_b, mut chains, mut longest, mut holes) = (0u64, 0, 0, 0u64, 0u64);
+        let mut primary_used = 0u64;
+        for (g, p) in t.primary.iter().enumerate() {
+            let mut load = p.used as u64;
+            primary_used += p.used as u64;
+            if p.used == geo.primary_capacity() {
+                full_b += 1;
+            }
+            let mut s = p.head;
+            while s != NONE {
+                load += t.secondary[s as usize].used as u64;
+                s = t.secondary[s as usize].next;
+            }
+            if load > 0 {
+                used_b += 1;
+            }
+            if p.chain > 0 {
+                chains += 1;
+                longest = longest.max(p.chain as u64);
+            }
+            if load > 0 {
+                holes += chain_holes(&inner, &geo, g as u32)?;
+            }
+            loads.push(load);
+        }
+        let mean = loads.iter().sum::<u64>() as f64 / n.max(1) as f64;
+        let var = loads
+            .iter()
+            .map(|&l| (l as f64 - mean).powi(2))
+            .sum::<f64>()
+            / n.max(1) as f64;
+        let linked = t.secondary.iter().filter(|e| e.owner != NONE).count() as u64;
+        let file_bytes = inner.file.len();
+        let allocated = inner.file.allocated_bytes();
+        let tags = inner.tag_count;
+        let primary_fill = primary_used as f64 / (n as f64 * geo.primary_capacity() as f64);
+        let mut advice = Vec::new();
+        if tags > 0 && linked as f64 * geo.blocks_per_secondary as f64
+            > 0.25 * primary_used.max(1) as f64 / SLOTS_PER_BLOCK as f64
+        {
+            advice.push(format!(
+                "{linked} linked secondary buckets hold a large share of the tags: re-hash with `tagstore maintain --expected-tags {}`",
+                tags.saturating_mul(2)
+            ));
+        }
+        if primary_fill > 0.85 {
+            advice.push(format!(
+                "primary buckets are {:.0}% full: re-hash into more buckets",
+                primary_fill * 100.0
+            ));
+        }
+        if holes > tags / 4 && holes > 1000 {
+            advice.push(format!("{holes} holes: compact with `tagstore maintain`"));
+        }
+        Ok(Stats {
+            tags,
+            geometry: geo,
+            primary_buckets: n as u64,
+            primary_buckets_used: used_b,
+            primary_buckets_full: full_b,
+            load_mean: mean,
+            load_stddev: var.sqrt(),
+            load_stddev_ideal: mean.sqrt(),
+            load_max: loads.iter().copied().max().unwrap_or(0),
+            primary_fill,
+            secondary_buckets: t.secondary.len() as u64,
+            secondary_linked: linked,
+            secondary_free: t.free.len() as u64,
+            chains,
+            longest_chain: longest,
+            holes,
+            file_bytes,
+            allocated_bytes: allocated,
+            allocated_bytes_per_tag: if tags > 0 {
+                allocated as f64 / tags as f64
+            } else {
+                0.0
+            },
+            advice,
+        })
+    }
+}
+
+/// Empty slots before the last occupied slot of the chain of `g`.
+fn chain_holes(inner: &crate::store::Inner, geo: &Geometry, g: u32) -> Result<u64> {
+    let t = &inner.tables;
+    let mut blocks: Vec<u64> =
+        (0..geo.blocks_per_primary as u64).map(|i| geo.primary_start(g) + i).collect();
+    let mut s = t.primary[g as usize].head;
+    while s != NONE {
+        blocks.extend((0..geo.blocks_per_secondary as u64).map(|i| geo.secondary_start(s) + i));
+        s = t.secondary[s as usize].next;
+    }
+    let (mut holes, mut pending) = (0u64, 0u64);
+    for b in blocks {
+        let bm = inner.block(b)?.bitmap() & ((1 << SLOTS_PER_BLOCK) - 1);
+        if bm == 0 {
+            pending += SLOTS_PER_BLOCK as u64;
+            continue;
+        }
+        let top = 31 - bm.leading_zeros() as u64; // highest occupied slot
+        let empties_below = top + 1 - bm.count_ones() as u64;
+        holes += pending + empties_below;
+        pending = SLOTS_PER_BLOCK as u64 - 1 - top;
+    }
+    Ok(holes)
+}

@@ -1,0 +1,901 @@
+//! The store: open/create/close, INSERT, DELETE, and crash recovery of the in-flight operation.
+
+use crate::block::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK};
+use crate::error::{Error, Result};
+use crate::file::MappedFile;
+use crate::format::{
+    Geometry, Intent, IntentOp, SlotAddr, Superblock, DEFAULT_EXPECTED_TAGS, FLAG_CLEAN,
+    INTENT_BLOCK, INTENT_LEN, SUPERBLOCK_BLOCK,
+};
+use crate::tables::{filter_add, filter_has, Tables, NONE};
+use crate::tag::{self, bucket_of, key_fp, key_hash, tag_fp, Half, SlotBytes, Tag};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Options for [`Store::create`].
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Tags the store is sized for; sets the primary bucket count.
+    pub expected_tags: u64,
+    /// Overrides the primary bucket count per half.
+    pub primary_buckets_per_half: Option<u32>,
+    /// Overrides the blocks per primary bucket.
+    pub blocks_per_primary: Option<u32>,
+    /// Overrides the blocks per secondary bucket.
+    pub blocks_per_secondary: Option<u32>,
+    /// Fixes the hash seed (tests and reproducible images); random otherwise.
+    pub seed: Option<u64>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            expected_tags: DEFAULT_EXPECTED_TAGS,
+            primary_buckets_per_half: None,
+            blocks_per_primary: None,
+            blocks_per_secondary: None,
+            seed: None,
+        }
+    }
+}
+
+impl CreateOptions {
+    /// The geometry these options produce.
+    pub fn geometry(&self) -> Geometry {
+        let bp = self
+            .blocks_per_primary
+            .unwrap_or(crate::format::DEFAULT_BLOCKS_PER_PRIMARY);
+        let bs = self
+            .blocks_per_secondary
+            .unwrap_or(crate::format::DEFAULT_BLOCKS_PER_SECONDARY);
+        let mut g = Geometry::sized(self.expected_tags, bp, bs);
+        if let Some(n) = self.primary_buckets_per_half {
+            g.primary_buckets_per_half = n;
+        }
+        g
+    }
+}
+
+/// How an INSERT or DELETE batch went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Tags that changed the store.
+    pub changed: u64,
+    /// Tags that were already present (insert) or absent (delete).
+    pub unchanged: u64,
+}
+
+/// An open tag store. `Send + Sync`: share it with `Arc` across threads.
+pub struct Store {
+    pub(crate) inner: RwLock<Inner>,
+    pub(crate) geometry: Geometry,
+    pub(crate) seed: u64,
+    path: PathBuf,
+}
+
+pub(crate) struct Inner {
+    pub file: MappedFile,
+    pub sb: Superblock,
+    pub tables: Tables,
+    pub tag_count: u64,
+    verified: Vec<AtomicU64>,
+    poisoned: bool,
+    closed: bool,
+    fail_after: Option<u64>,
+    /// Whether the last open found an unclean shutdown (and rebuilt the tables).
+    pub recovered: bool,
+}
+
+/// Where one half of an INSERT will write.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    addr: SlotAddr,
+    kind: u8,
+    owner: u32,
+    ordinal: u32,
+    sec: Option<u32>,
+    new_link: bool,
+}
+
+/// Where a tag was found in one half.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Found {
+    pub addr: SlotAddr,
+    pub sec: Option<u32>,
+}
+
+fn verified_len(file_len: u64) -> usize {
+    (file_len / BLOCK_SIZE as u64).div_ceil(64) as usize
+}
+
+impl Inner {
+    /// Block `n`, its checksum verified on first use since open.
+    pub fn block(&self, n: u64) -> Result<BlockRef<'_>> {
+        let raw = self.file.block(n)?;
+        let (w, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        let cell = self
+            .verified
+            .get(w)
+            .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        if cell.load(Ordering::Relaxed) & bit == 0 {
+            if !BlockRef(raw).crc_ok() {
+                return Err(Error::corrupt(format!(
+                    "block {n} (byte offset {}) fails its checksum",
+                    n * BLOCK_SIZE as u64
+                )));
+            }
+            cell.fetch_or(bit, Ordering::Relaxed);
+        }
+        Ok(BlockRef(raw))
+    }
+
+    fn mark_verified(&self, n: u64) {
+        if let Some(c) = self.verified.get((n / 64) as usize) {
+            c.fetch_or(1 << (n % 64), Ordering::Relaxed);
+        }
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        if let Some(n) = self.fail_after.as_mut() {
+            if *n == 0 {
+                self.poisoned = true;
+                return Err(Error::io(
+                    "simulated crash",
+                    std::io::Error::other("fault injection: write budget exhausted"),
+                ));
+            }
+            *n -= 1;
+        }
+        Ok(())
+    }
+
+    fn geometry(&self) -> Geometry {
+        self.sb.geometry
+    }
+
+    /// Estimated blocks read to search key `kfp` in the chain of `g`.
+    fn chain_cost(&self, g: u32, kfp: u16) -> u64 {
+        let geo = self.geometry();
+        let mut cost = geo.blocks_per_primary as u64;
+        let mut s = self.tables.primary[g as usize].head;
+        while s != NONE {
+            let e = &self.tables.secondary[s as usize];
+            if filter_has(&e.filter, kfp) {
+                cost += geo.blocks_per_secondary as u64;
+            }
+            s = e.next;
+        }
+        cost
+    }
+
+    /// Finds an encoded tag in the chain of `g`.
+    pub fn locate(&self, g: u32, kfp: u16, tfp: u8, slot: &SlotBytes) -> Result<Option<Found>> {
+        let geo = self.geometry();
+        let scan = |first: u64, n: u32, sec: Option<u32>| -> Result<Option<Found>> {
+            for b in first..first + n as u64 {
+                let blk = self.block(b)?;
+                let mut m = blk.matching(kfp);
+                while m != 0 {
+                    let i = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    if blk.tag_fp(i) == tfp && blk.slot(i) == slot {
+                        return Ok(Some(Found {
+                            addr: SlotAddr {
+                                block: b,
+                                slot: i as u32,
+                            },
+                            sec,
+                        }));
+                    }
+                }
+            }
+            Ok(None)
+        };
+        if let Some(f) = scan(geo.primary_start(g), geo.blocks_per_primary, None)? {
+            return Ok(Some(f));
+        }
+        let mut s = self.tables.primary[g as usize].head;
+        while s != NONE {
+            let e = &self.tables.secondary[s as usize];
+            if filter_has(&e.filter, kfp) {
+                if let Some(f) = scan(geo.secondary_start(s), geo.blocks_per_secondary, Some(s))? {
+                    return Ok(Some(f));
+                }
+            }
+            s = e.next;
+        }
+        Ok(None)
+    }
+
+    fn first_free(&self, first: u64, n: u32) -> Result<Option<SlotAddr>> {
+        for b in first..first + n as u64 {
+            if let Some(i) = self.block(b)?.first_free() {
+                return Ok(Some(SlotAddr {
+                    block: b,
+                    slot: i as u32,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Chooses the slot for one half of an INSERT; may reserve a new secondary bucket.
+    fn plan(&mut self, g: u32) -> Result<Plan> {
+        let geo = self.geometry();
+        let pe = self.tables.primary[g as usize].clone();
+        if pe.used < geo.primary_capacity() {
+            return match self.first_free(geo.primary_start(g), geo.blocks_per_primary)? {
+                Some(addr) => Ok(Plan {
+                    addr,
+                    kind: KIND_PRIMARY,
+                    owner: g,
+                    ordinal: 0,
+                    sec: None,
+                    new_link: false,
+                }),
+                None => Err(Error::corrupt(format!(
+                    "primary bucket {g}: table counts {} used slots but its blocks are full",
+                    pe.used
+                ))),
+            };
+        }
+        let mut s = pe.head;
+        while s != NONE {
+            let e = &self.tables.secondary[s as usize];
+            let (ordinal, next) = (e.ordinal, e.next);
+            if e.used < geo.secondary_capacity() {
+                return match self.first_free(geo.secondary_start(s), geo.blocks_per_secondary)? {
+                    Some(addr) => Ok(Plan {
+                        addr,
+                        kind: KIND_SECONDARY,
+                        owner: g,
+                        ordinal,
+                        sec: Some(s),
+                        new_link: false,
+                    }),
+                    None => Err(Error::corrupt(format!(
+                        "secondary bucket {s}: table counts {} used slots but its blocks are full",
+                        e.used
+                    ))),
+                };
+            }
+            s = next;
+        }
+        let s = self.alloc_secondary()?;
+        Ok(Plan {
+            addr: SlotAddr {
+                block: geo.secondary_start(s),
+                slot: 0,
+            },
+            kind: KIND_SECONDARY,
+            owner: g,
+            ordinal: pe.chain + 1,
+            sec: Some(s),
+            new_link: true,
+        })
+    }
+
+    /// Takes the lowest free secondary bucket, growing the file when none is free.
+    fn alloc_secondary(&mut self) -> Result<u32> {
+        if let Some(s) = self.tables.free.pop_first() {
+            return Ok(s);
+        }
+        let geo = self.geometry();
+        let have = self.tables.secondary.len() as u32;
+        // Grow by 1/8 of the secondary partition (at least 16 buckets, at most 4096).
+        let add = (have / 8).clamp(16, 4096);
+        let want = have
+            .checked_add(add)
+            .filter(|&n| n < NONE)
+            .ok_or_else(|| Error::InvalidArgument("secondary bucket numbers exhausted".into()))?;
+        let len = geo.file_len(want);
+        self.file.set_len(len)?;
+        self.verified
+            .resize_with(verified_len(len), || AtomicU64::new(0));
+        self.tables
+            .secondary
+            .resize(want as usize, crate::tables::SecondaryEntry::free());
+        self.tables.free.extend(have + 1..want);
+        Ok(have)
+    }
+
+    fn unreserve(&mut self, plans: &[Plan]) {
+        for p in plans {
+            if let (true, Some(s)) = (p.new_link, p.sec) {
+                self.tables.free.insert(s);
+            }
+        }
+    }
+
+    fn write_intent(&mut self, intent: &Intent) -> Result<()> {
+        self.tick()?;
+        let img = intent.encode();
+        let blk = self.file.block_mut(INTENT_BLOCK)?;
+        blk[..INTENT_LEN].copy_from_slice(&img);
+        Ok(())
+    }
+
+    fn clear_intent(&mut self) -> Result<()> {
+        self.tick()?;
+        let blk = self.file.block_mut(INTENT_BLOCK)?;
+        blk[..INTENT_LEN].fill(0);
+        Ok(())
+    }
+
+    fn put(&mut self, p: &Plan, slot: &SlotBytes, kfp: u16, tfp: u8) -> Result<()> {
+        self.tick()?;
+        let raw = self.file.block_mut(p.addr.block)?;
+        let mut b = BlockMut(raw);
+        if b.as_ref().is_unwritten() {
+            b.set_identity(p.kind, p.owner, p.ordinal);
+        }
+        b.put(p.addr.slot as usize, slot, kfp, tfp);
+        b.seal();
+        self.mark_verified(p.addr.block);
+        Ok(())
+    }
+
+    fn clear(&mut self, addr: SlotAddr) -> Result<()> {
+        self.tick()?;
+        let raw = self.file.block_mut(addr.block)?;
+        let mut b = BlockMut(raw);
+        b.clear(addr.slot as usize);
+        b.seal();
+        Ok(())
+    }
+
+    fn commit_insert(&mut self, g: u32, p: &Plan, kfp: u16) {
+        match p.sec {
+            None => self.tables.primary[g as usize].used += 1,
+            Some(s) => {
+                if p.new_link {
+                    let tail = self.tables.primary[g as usize].tail;
+                    if tail == NONE {
+                        self.tables.primary[g as usize].head = s;
+                    } else {
+                        self.tables.secondary[tail as usize].next = s;
+                    }
+                    let pe = &mut self.tables.primary[g as usize];
+                    pe.tail = s;
+                    pe.chain += 1;
+                    let e = &mut self.tables.secondary[s as usize];
+                    e.owner = g;
+                    e.ordinal = p.ordinal;
+                    e.next = NONE;
+                }
+                let e = &mut self.tables.secondary[s as usize];
+                e.used += 1;
+                filter_add(&mut e.filter, kfp);
+            }
+        }
+    }
+
+    fn commit_delete(&mut self, g: u32, f: &Found) {
+        match f.sec {
+            None => {
+                let e = &mut self.tables.primary[g as usize];
+                e.used = e.used.saturating_sub(1);
+            }
+            Some(s) => {
+                let e = &mut self.tables.secondary[s as usize];
+                e.used = e.used.saturating_sub(1);
+            }
+        }
+    }
+
+    fn keys(&self, view: &tag::SlotView<'_>) -> [(u32, u64); 2] {
+        let geo = self.geometry();
+        Half::BOTH.map(|h| {
+            let k = key_hash(self.sb.seed, h, view.relationship, view.key_name(h));
+            (
+                geo.global(h, bucket_of(k, geo.primary_buckets_per_half)),
+                k,
+            )
+        })
+    }
+
+    /// Inserts an encoded tag; false if it was already present.
+    fn insert_encoded(&mut self, slot: &SlotBytes) -> Result<bool> {
+        let view = tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let [(go, ho), (gs, hs)] = self.keys(&view);
+        let (ko, ks) = (key_fp(ho), key_fp(hs));
+        let tfp = tag_fp(self.sb.seed, slot);
+        // The tag is in both halves or neither: search the cheaper chain.
+        let (gc, kc) = if self.chain_cost(go, ko) <= self.chain_cost(gs, ks) {
+            (go, ko)
+        } else {
+            (gs, ks)
+        };
+        if self.locate(gc, kc, tfp, slot)?.is_some() {
+            return Ok(false);
+        }
+        let po = self.plan(go)?;
+        let ps = match self.plan(gs) {
+            Ok(p) => p,
+            Err(e) => {
+                self.unreserve(&[po]);
+                return Err(e);
+            }
+        };
+        // Back every block we are about to touch with disk space first, so a
+        // full disk fails here, before anything changed.
+        for p in [&po, &ps] {
+            let unwritten = BlockRef(self.file.block(p.addr.block)?).is_unwritten();
+            if unwritten {
+                if let Err(e) = self
+                    .file
+                    .reserve(p.addr.block * BLOCK_SIZE as u64, BLOCK_SIZE as u64)
+                {
+                    self.unreserve(&[po, ps]);
+                    return Err(e);
+                }
+            }
+        }
+        let intent = Intent {
+            op: IntentOp::Insert,
+            object_slot: po.addr,
+            subject_slot: ps.addr,
+            object_identity: (po.owner, po.ordinal),
+            subject_identity: (ps.owner, ps.ordinal),
+            tag: *slot,
+        };
+        self.write_intent(&intent)?;
+        self.put(&po, slot, ko, tfp)?;
+        self.put(&ps, slot, ks, tfp)?;
+        self.clear_intent()?;
+        self.commit_insert(go, &po, ko);
+        self.commit_insert(gs, &ps, ks);
+        self.tag_count += 1;
+        Ok(true)
+    }
+
+    /// Deletes an encoded tag; false if it was absent.
+    fn delete_encoded(&mut self, slot: &SlotBytes) -> Result<bool> {
+        let view = tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let [(go, ho), (gs, hs)] = self.keys(&view);
+        let tfp = tag_fp(self.sb.seed, slot);
+        let fo = self.locate(go, key_fp(ho), tfp, slot)?;
+        let fs = self.locate(gs, key_fp(hs), tfp, slot)?;
+        if fo.is_none() && fs.is_none() {
+            return Ok(false);
+        }
+        let addr = |f: &Option<Found>| f.map_or(SlotAddr::NONE, |f| f.addr);
+        let intent = Intent {
+            op: IntentOp::Delete,
+            object_slot: addr(&fo),
+            subject_slot: addr(&fs),
+            object_identity: (0, 0),
+            subject_identity: (0, 0),
+            tag: *slot,
+        };
+        self.write_intent(&intent)?;
+        for f in [&fo, &fs].into_iter().flatten() {
+            self.clear(f.addr)?;
+        }
+        self.clear_intent()?;
+        if let Some(f) = &fo {
+            self.commit_delete(go, f);
+            self.tag_count = self.tag_count.saturating_sub(1);
+        }
+        if let Some(f) = &fs {
+            self.commit_delete(gs, f);
+        }
+        Ok(true)
+    }
+
+    /// Writes tables and a clean superblock; the file then opens without a scan.
+    fn close(&mut self) -> Result<()> {
+        if self.closed || !self.file.writable() || self.poisoned {
+            self.closed = true;
+            return Ok(());
+        }
+        self.file.flush()?;
+        let geo = self.geometry();
+        let sec = self.tables.secondary.len() as u32;
+        let img = self.tables.encode();
+        let off = geo.file_len(sec);
+        self.file.write_at(off, &img)?;
+        self.file.flush()?;
+        let mut sb = self.sb.clone();
+        sb.flags |= FLAG_CLEAN;
+        sb.secondary_count = sec;
+        sb.tag_count = self.tag_count;
+        sb.table_offset = off;
+        sb.table_len = img.len() as u64;
+        sb.table_crc = crc32fast::hash(&img);
+        self.write_superblock(&sb)?;
+        self.sb = sb;
+        self.closed = true;
+        Ok(())
+    }
+
+    fn write_superblock(&mut self, sb: &Superblock) -> Result<()> {
+        let img = sb.encode();
+        self.file.block_mut(SUPERBLOCK_BLOCK)?.copy_from_slice(&img);
+        self.file.flush_range(0, BLOCK_SIZE)?;
+        self.file.flush()
+    }
+}
+
+/// Redoes the operation recorded in the intent block, if any, so that a tag
+/// interrupted mid-INSERT or mid-DELETE is wholly present or wholly absent.
+fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<bool> {
+    let Some(intent) = Intent::decode(file.block(INTENT_BLOCK)?) else {
+        return Ok(false);
+    };
+    let view = tag::decode(&intent.tag)
+        .ok_or_else(|| Error::corrupt("intent record (block 1) holds an undecodable tag"))?;
+    let tfp = tag_fp(seed, &intent.tag);
+    let total_blocks = file.len() / BLOCK_SIZE as u64;
+    for (h, addr, (owner, ordinal)) in [
+        (Half::Object, intent.object_slot, intent.object_identity),
+        (Half::Subject, intent.subject_slot, intent.subject_identity),
+    ] {
+        if addr == SlotAddr::NONE {
+            continue;
+        }
+        if addr.block < geo.primary_start(0)
+            || addr.block >= total_blocks
+            || addr.slot as usize >= SLOTS_PER_BLOCK
+        {
+            return Err(Error::corrupt(format!(
+                "intent record names impossible slot {} of block {}",
+                addr.slot, addr.block
+            )));
+        }
+        let kind = if addr.block < geo.secondary_base() {
+            KIND_PRIMARY
+        } else {
+            KIND_SECONDARY
+        };
+        let kfp = key_fp(key_hash(seed, h, view.relationship, view.key_name(h)));
+        let mut b = BlockMut(file.block_mut(addr.block)?);
+        if b.as_ref().is_unwritten() {
+            b.set_identity(kind, owner, ordinal);
+        }
+        match intent.op {
+            IntentOp::Insert => b.put(addr.slot as usize, &intent.tag, kfp, tfp),
+            IntentOp::Delete => b.clear(addr.slot as usize),
+        }
+        b.seal();
+    }
+    file.block_mut(INTENT_BLOCK)?[..INTENT_LEN].fill(0);
+    Ok(true)
+}
+
+fn read_lock(l: &RwLock<Inner>) -> RwLockReadGuard<'_, Inner> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Store {
+    /// Creates a new, empty store file at `path`; fails if the path exists.
+    pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
+        let path = path.as_ref();
+        let geometry = options.geometry();
+        geometry.validate()?;
+        let seed = match options.seed {
+            Some(s) => s,
+            None => {
+                let mut b = [0u8; 8];
+                getrandom::fill(&mut b).map_err(|e| {
+                    Error::io("drawing a random hash seed", std::io::Error::other(e.to_string()))
+                })?;
+                u64::from_le_bytes(b)
+            }
+        };
+        let len = geometry.file_len(0);
+        let file = MappedFile::create(path, len)?;
+        let sb = Superblock {
+            geometry,
+            secondary_count: 0,
+            flags: 0,
+            seed,
+            tag_count: 0,
+            table_offset: 0,
+            table_len: 0,
+            table_crc: 0,
+        };
+        let mut inner = Inner {
+            tables: Tables::new(&geometry, 0),
+            verified: (0..verified_len(len)).map(|_| AtomicU64::new(0)).collect(),
+            file,
+            sb: sb.clone(),
+            tag_count: 0,
+            poisoned: false,
+            closed: false,
+            fail_after: None,
+            recovered: false,
+        };
+        inner.write_superblock(&sb)?;
+        Ok(Store {
+            inner: RwLock::new(inner),
+            geometry,
+            seed,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Opens an existing store for reading and writing (exclusive lock).
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(path.as_ref(), true)
+    }
+
+    /// Opens an existing store for reading only (shared lock; many readers).
+    ///
+    /// A store left unclean by a crash is first recovered, which needs a
+    /// brief exclusive open.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref();
+        let s = Self::open_with(path, false)?;
+        if s.was_clean() {
+            return Ok(s);
+        }
+        drop(s);
+        Store::open(path)?.close()?;
+        Self::open_with(path, false)
+    }
+
+    fn was_clean(&self) -> bool {
+        !read_lock(&self.inner).recovered
+    }
+
+    fn open_with(path: &Path, writable: bool) -> Result<Store> {
+        let mut file = MappedFile::open(path, writable)?;
+        let mut sb = Superblock::decode(file.block(SUPERBLOCK_BLOCK)?)?
+            .ok_or_else(|| Error::NotAStore(path.to_path_buf()))?;
+        let geo = sb.geometry;
+        let base = geo.file_len(0);
+        if file.len() < base {
+            return Err(Error::corrupt(format!(
+                "file is truncated: {} bytes, its geometry needs at least {base}",
+                file.len()
+            )));
+        }
+        let persisted = if sb.clean() {
+            Self::read_tables(&file, &sb)
+        } else {
+            None
+        };
+        let recovered = persisted.is_none();
+        let (tables, tag_count) = match persisted {
+            Some(t) => (t, sb.tag_count),
+            None => {
+                let sec_bytes = geo.blocks_per_secondary as u64 * BLOCK_SIZE as u64;
+                let by_len = ((file.len() - base) / sec_bytes).min(NONE as u64 - 1) as u32;
+                let sec = if sb.clean() {
+                    sb.secondary_count.min(by_len)
+                } else {
+                    by_len
+                };
+                if writable {
+                    recover_intent(&mut file, &geo, sb.seed)?;
+                }
+                let t = Tables::rebuild(&file, &geo, sec)?;
+                let count = Self::count_half(&t, &geo);
+                (t, count)
+            }
+        };
+        let sec = tables.secondary.len() as u32;
+        let verified = (0..verified_len(file.len()))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let mut inner = Inner {
+            file,
+            sb: sb.clone(),
+            tables,
+            tag_count,
+            verified,
+            poisoned: false,
+            closed: false,
+            fail_after: None,
+            recovered,
+        };
+        if writable {
+            // Drop the table image (it goes stale with the first write) and
+            // mark the store open: a crash from here on forces a rebuild.
+            inner.file.set_len(geo.file_len(sec))?;
+            inner
+                .verified
+                .resize_with(verified_len(inner.file.len()), || AtomicU64::new(0));
+            sb.flags &= !FLAG_CLEAN;
+            sb.secondary_count = sec;
+            inner.write_superblock(&sb)?;
+            inner.sb = sb;
+        }
+        let seed = inner.sb.seed;
+        Ok(Store {
+            inner: RwLock::new(inner),
+            geometry: geo,
+            seed,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn read_tables(file: &MappedFile, sb: &Superblock) -> Option<Tables> {
+        let geo = sb.geometry;
+        let off = geo.file_len(sb.secondary_count);
+        if sb.table_offset != off || off.checked_add(sb.table_len)? > file.len() {
+            return None;
+        }
+        let bytes = file
+            .bytes()
+            .get(off as usize..(off + sb.table_len) as usize)?;
+        if crc32fast::hash(bytes) != sb.table_crc {
+            return None;
+        }
+        Tables::decode(bytes, &geo, sb.secondary_count).ok()
+    }
+
+    fn count_half(t: &Tables, geo: &Geometry) -> u64 {
+        let mut n = 0u64;
+        for g in 0..geo.primary_buckets_per_half {
+            let pe = &t.primary[g as usize];
+            n += pe.used as u64;
+            let mut s = pe.head;
+            while s != NONE {
+                n += t.secondary[s as usize].used as u64;
+                s = t.secondary[s as usize].next;
+            }
+        }
+        n
+    }
+
+    fn write(&self) -> Result<RwLockWriteGuard<'_, Inner>> {
+        let g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if !g.file.writable() {
+            return Err(Error::ReadOnly);
+        }
+        if g.poisoned {
+            return Err(Error::io(
+                "store is unusable after a failed write",
+                std::io::Error::other("reopen the store to recover"),
+            ));
+        }
+        Ok(g)
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        read_lock(&self.inner)
+    }
+
+    /// Path of the store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Geometry fixed at create time.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Number of tags stored.
+    pub fn len(&self) -> u64 {
+        self.read().tag_count
+    }
+
+    /// True when no tag is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True if the last open found an unclean shutdown and rebuilt the tables.
+    pub fn recovered_on_open(&self) -> bool {
+        self.read().recovered
+    }
+
+    /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
+    pub fn insert(&self, tag: &Tag) -> Result<bool> {
+        let slot = tag::encode(tag)?;
+        self.write()?.insert_encoded(&slot)
+    }
+
+    /// Deletes a tag from both halves; `Ok(false)` if it was absent.
+    pub fn delete(&self, tag: &Tag) -> Result<bool> {
+        let slot = match tag::encode(tag) {
+            Ok(s) => s,
+            Err(Error::TagTooLarge { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        self.write()?.delete_encoded(&slot)
+    }
+
+    /// True if the tag is stored.
+    pub fn contains(&self, tag: &Tag) -> Result<bool> {
+        let Ok(slot) = tag::encode(tag) else {
+            return Ok(false);
+        };
+        let inner = self.read();
+        let view = tag::decode(&slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let [(go, ho), _] = inner.keys(&view);
+        Ok(inner
+            .locate(go, key_fp(ho), tag_fp(self.seed, &slot), &slot)?
+            .is_some())
+    }
+
+    /// Inserts many tags, taking the write lock once per chunk.
+    ///
+    /// Stops at the first error; tags before it stay inserted and are counted
+    /// in the returned error's companion [`BatchOutcome`].
+    pub fn insert_batch<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a Tag>,
+    ) -> (BatchOutcome, Result<()>) {
+        self.batch(tags, true)
+    }
+
+    /// Deletes many tags, taking the write lock once per chunk.
+    pub fn delete_batch<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a Tag>,
+    ) -> (BatchOutcome, Result<()>) {
+        self.batch(tags, false)
+    }
+
+    fn batch<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a Tag>,
+        insert: bool,
+    ) -> (BatchOutcome, Result<()>) {
+        const CHUNK: usize = 1024;
+        let mut out = BatchOutcome::default();
+        let mut it = tags.into_iter().peekable();
+        while it.peek().is_some() {
+            let mut inner = match self.write() {
+                Ok(g) => g,
+                Err(e) => return (out, Err(e)),
+            };
+            for t in it.by_ref().take(CHUNK) {
+                let r = match tag::encode(t) {
+                    Ok(slot) if insert => inner.insert_encoded(&slot),
+                    Ok(slot) => inner.delete_encoded(&slot),
+                    Err(Error::TagTooLarge { .. }) if !insert => Ok(false),
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(true) => out.changed += 1,
+                    Ok(false) => out.unchanged += 1,
+                    Err(e) => return (out, Err(e)),
+                }
+            }
+        }
+        (out, Ok(()))
+    }
+
+    /// Flushes every change to stable storage (msync + fsync).
+    pub fn sync(&self) -> Result<()> {
+        let g = self.read();
+        if g.file.writable() {
+            g.file.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Shuts down cleanly: flushes, persists the tables, marks the file clean.
+    pub fn close(self) -> Result<()> {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        g.close()
+    }
+
+    /// Drops the handle without a clean shutdown, as a crash would (tests).
+    #[doc(hidden)]
+    pub fn abandon(self) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        g.closed = true;
+    }
+
+    /// Makes the write path fail after `n` more writes, simulating a crash (tests).
+    #[doc(hidden)]
+    pub fn fail_after_writes(&self, n: Option<u64>) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        g.fail_after = n;
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Best effort: errors here cannot be reported; the next open rebuilds.
+        let _ = g.close();
+    }
+}
