@@ -184,7 +184,7 @@ mod tests {
     #[test]
     fn header_fits_and_put_clear() {
         assert_eq!(HEADER_SIZE, 96);
-        assert!(OFF_KEYFP + 2 * SLOTS_PER_BLOCK <= HEADER_SIZE);
+        const { assert!(OFF_KEYFP + 2 * SLOTS_PER_BLOCK <= HEADER_SIZE) };
         let mut buf = vec![0u8; BLOCK_SIZE];
         assert!(BlockRef(&buf).crc_ok());
         let mut b = BlockMut(&mut buf);

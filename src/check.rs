@@ -66,7 +66,10 @@ impl Store {
             let (want_kind, bucket_desc) = if primary {
                 let g = ((b - geo.primary_start(0)) / geo.blocks_per_primary as u64) as u32;
                 if blk.owner() != g || blk.ordinal() != 0 {
-                    r.fault(format!("block {b}: header names bucket {} but lies in primary bucket {g}", blk.owner()));
+                    r.fault(format!(
+                        "block {b}: header names bucket {} but lies in primary bucket {g}",
+                        blk.owner()
+                    ));
                     continue;
                 }
                 (KIND_PRIMARY, format!("primary bucket {g}"))
@@ -93,14 +96,19 @@ impl Store {
                     continue;
                 }
                 let Some(v) = tag::decode(slot) else {
-                    r.fault(format!("block {b}, slot {i}: occupied slot does not decode"));
+                    r.fault(format!(
+                        "block {b}, slot {i}: occupied slot does not decode"
+                    ));
                     continue;
                 };
                 let h = key_hash(seed, half, v.relationship, v.key_name(half));
                 if geo.global(half, bucket_of(h, geo.primary_buckets_per_half)) != owner {
-                    r.fault(format!("block {b}, slot {i}: tag hashes to another bucket than {owner}"));
+                    r.fault(format!(
+                        "block {b}, slot {i}: tag hashes to another bucket than {owner}"
+                    ));
                 }
-                if blk.key_fp(i) != key_fp(h) || blk.tag_fp(i) != tag_fp_of(seed, used_prefix(slot)) {
+                if blk.key_fp(i) != key_fp(h) || blk.tag_fp(i) != tag_fp_of(seed, used_prefix(slot))
+                {
                     r.fault(format!("block {b}, slot {i}: fingerprint mismatch"));
                 }
                 hashes[half.index()].push(xxh3_128(used_prefix(slot)));
@@ -112,7 +120,9 @@ impl Store {
             Ok(t) => {
                 for (g, (a, b)) in inner.tables.primary.iter().zip(&t.primary).enumerate() {
                     if a != b {
-                        r.fault(format!("primary bucket {g}: table {a:?} but blocks say {b:?}"));
+                        r.fault(format!(
+                            "primary bucket {g}: table {a:?} but blocks say {b:?}"
+                        ));
                     }
                 }
                 for (s, (a, b)) in inner.tables.secondary.iter().zip(&t.secondary).enumerate() {
@@ -120,7 +130,9 @@ impl Store {
                     if (a.owner, a.ordinal, a.next, a.used) != (b.owner, b.ordinal, b.next, b.used)
                         || !superset
                     {
-                        r.fault(format!("secondary bucket {s}: table disagrees with its blocks"));
+                        r.fault(format!(
+                            "secondary bucket {s}: table disagrees with its blocks"
+                        ));
                     }
                 }
                 if inner.tables.free != t.free {

@@ -154,7 +154,11 @@ impl MappedFile {
         use std::os::fd::AsRawFd;
         // SAFETY: plain syscall on an fd we own; arguments are in range.
         let rc = unsafe {
-            libc::posix_fallocate(self.file.as_raw_fd(), off as libc::off_t, len as libc::off_t)
+            libc::posix_fallocate(
+                self.file.as_raw_fd(),
+                off as libc::off_t,
+                len as libc::off_t,
+            )
         };
         match rc {
             0 => Ok(()),

@@ -35,7 +35,11 @@ struct ChainWalk {
 
 impl ChainWalk {
     fn new(g: u32, g_end: u32, fp: Option<u16>) -> Self {
-        let pos = if g < g_end { Pos::Primary(0) } else { Pos::Done };
+        let pos = if g < g_end {
+            Pos::Primary(0)
+        } else {
+            Pos::Done
+        };
         ChainWalk { g, g_end, pos, fp }
     }
 

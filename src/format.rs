@@ -63,7 +63,8 @@ impl Geometry {
 
     /// Checks the ranges; names the offending value.
     pub fn validate(&self) -> Result<()> {
-        if self.primary_buckets_per_half == 0 || self.primary_buckets_per_half > MAX_PRIMARY_PER_HALF
+        if self.primary_buckets_per_half == 0
+            || self.primary_buckets_per_half > MAX_PRIMARY_PER_HALF
         {
             return Err(Error::InvalidArgument(format!(
                 "primary buckets per half must be 1..={MAX_PRIMARY_PER_HALF}, got {}",
@@ -374,7 +375,9 @@ mod tests {
             Superblock::decode(&newer),
             Err(Error::UnsupportedVersion { found: 2, .. })
         ));
-        assert!(Superblock::decode(&[0u8; BLOCK_SIZE]).expect("ok").is_none());
+        assert!(Superblock::decode(&[0u8; BLOCK_SIZE])
+            .expect("ok")
+            .is_none());
     }
 
     #[test]

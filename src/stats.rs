@@ -97,8 +97,9 @@ impl Store {
         let tags = inner.tag_count;
         let primary_fill = primary_used as f64 / (n as f64 * geo.primary_capacity() as f64);
         let mut advice = Vec::new();
-        if tags > 0 && linked as f64 * geo.blocks_per_secondary as f64
-            > 0.25 * primary_used.max(1) as f64 / SLOTS_PER_BLOCK as f64
+        if tags > 0
+            && linked as f64 * geo.blocks_per_secondary as f64
+                > 0.25 * primary_used.max(1) as f64 / SLOTS_PER_BLOCK as f64
         {
             advice.push(format!(
                 "{linked} linked secondary buckets hold a large share of the tags: re-hash with `tagstore maintain --expected-tags {}`",
@@ -146,8 +147,9 @@ impl Store {
 /// Empty slots before the last occupied slot of the chain of `g`.
 fn chain_holes(inner: &crate::store::Inner, geo: &Geometry, g: u32) -> Result<u64> {
     let t = &inner.tables;
-    let mut blocks: Vec<u64> =
-        (0..geo.blocks_per_primary as u64).map(|i| geo.primary_start(g) + i).collect();
+    let mut blocks: Vec<u64> = (0..geo.blocks_per_primary as u64)
+        .map(|i| geo.primary_start(g) + i)
+        .collect();
     let mut s = t.primary[g as usize].head;
     while s != NONE {
         blocks.extend((0..geo.blocks_per_secondary as u64).map(|i| geo.secondary_start(s) + i));

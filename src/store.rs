@@ -388,16 +388,14 @@ impl Inner {
         let geo = self.geometry();
         Half::BOTH.map(|h| {
             let k = key_hash(self.sb.seed, h, view.relationship, view.key_name(h));
-            (
-                geo.global(h, bucket_of(k, geo.primary_buckets_per_half)),
-                k,
-            )
+            (geo.global(h, bucket_of(k, geo.primary_buckets_per_half)), k)
         })
     }
 
     /// Inserts an encoded tag; false if it was already present.
     fn insert_encoded(&mut self, slot: &SlotBytes) -> Result<bool> {
-        let view = tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let view =
+            tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), (gs, hs)] = self.keys(&view);
         let (ko, ks) = (key_fp(ho), key_fp(hs));
         let tfp = tag_fp(self.sb.seed, slot);
@@ -452,7 +450,8 @@ impl Inner {
 
     /// Deletes an encoded tag; false if it was absent.
     fn delete_encoded(&mut self, slot: &SlotBytes) -> Result<bool> {
-        let view = tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let view =
+            tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), (gs, hs)] = self.keys(&view);
         let tfp = tag_fp(self.sb.seed, slot);
         let fo = self.locate(go, key_fp(ho), tfp, slot)?;
@@ -579,7 +578,10 @@ impl Store {
             None => {
                 let mut b = [0u8; 8];
                 getrandom::fill(&mut b).map_err(|e| {
-                    Error::io("drawing a random hash seed", std::io::Error::other(e.to_string()))
+                    Error::io(
+                        "drawing a random hash seed",
+                        std::io::Error::other(e.to_string()),
+                    )
                 })?;
                 u64::from_le_bytes(b)
             }
@@ -806,7 +808,8 @@ impl Store {
             return Ok(false);
         };
         let inner = self.read();
-        let view = tag::decode(&slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let view =
+            tag::decode(&slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), _] = inner.keys(&view);
         Ok(inner
             .locate(go, key_fp(ho), tag_fp(self.seed, &slot), &slot)?

@@ -189,7 +189,10 @@ impl Tables {
         let mut seen = vec![false; self.secondary.len()];
         for (g, p) in self.primary.iter().enumerate() {
             if p.used > pc {
-                return Err(Error::corrupt(format!("primary bucket {g} claims {} used slots", p.used)));
+                return Err(Error::corrupt(format!(
+                    "primary bucket {g} claims {} used slots",
+                    p.used
+                )));
             }
             let mut s = p.head;
             let mut last = NONE;
@@ -212,7 +215,9 @@ impl Tables {
                 s = e.next;
             }
             if last != p.tail || k != p.chain {
-                return Err(Error::corrupt(format!("chain of primary bucket {g} has a bad tail")));
+                return Err(Error::corrupt(format!(
+                    "chain of primary bucket {g} has a bad tail"
+                )));
             }
         }
         for (i, e) in self.secondary.iter().enumerate() {
@@ -227,7 +232,11 @@ impl Tables {
     }
 
     /// Rebuilds the tables by reading every block header.
-    pub(crate) fn rebuild(file: &MappedFile, geometry: &Geometry, secondary: u32) -> Result<Tables> {
+    pub(crate) fn rebuild(
+        file: &MappedFile,
+        geometry: &Geometry,
+        secondary: u32,
+    ) -> Result<Tables> {
         let mut t = Tables::new(geometry, secondary);
         for g in 0..geometry.primary_buckets() {
             let start = geometry.primary_start(g);

@@ -84,6 +84,9 @@ mod tests {
         assert!(parse_line("a\tb\tc\td").is_err());
         assert!(parse_line("a\\x\tb\tc").is_err());
         assert!(parse_line("a\tb\tc\\").is_err());
-        assert_eq!(parse_line("a\tb\tc\r").expect("crlf"), Tag::new("a", "b", "c"));
+        assert_eq!(
+            parse_line("a\tb\tc\r").expect("crlf"),
+            Tag::new("a", "b", "c")
+        );
     }
 }
