@@ -63,10 +63,10 @@ impl Half {
 }
 
 /// An encoded slot image.
-pub(crate) type SlotBytes = [u8; SLOT_SIZE];
+pub type SlotBytes = [u8; SLOT_SIZE];
 
 /// Encodes a tag into a slot image, or says how many bytes it would need.
-pub(crate) fn encode(tag: &Tag) -> Result<SlotBytes> {
+pub fn encode(tag: &Tag) -> Result<SlotBytes> {
     let needed = tag.encoded_len();
     if needed > SLOT_SIZE {
         return Err(Error::TagTooLarge {
@@ -89,9 +89,12 @@ pub(crate) fn encode(tag: &Tag) -> Result<SlotBytes> {
 }
 
 /// Borrowed view of an encoded slot's three fields.
-pub(crate) struct SlotView<'a> {
+pub struct SlotView<'a> {
+    /// Object.
     pub object: &'a str,
+    /// Relationship.
     pub relationship: &'a str,
+    /// Subject.
     pub subject: &'a str,
 }
 
@@ -119,7 +122,7 @@ impl SlotView<'_> {
 }
 
 /// Decodes an occupied slot; `None` if it is not a well-formed slot.
-pub(crate) fn decode(s: &[u8]) -> Option<SlotView<'_>> {
+pub fn decode(s: &[u8]) -> Option<SlotView<'_>> {
     if s.len() != SLOT_SIZE || s[0] != SLOT_MARKER {
         return None;
     }
@@ -161,17 +164,17 @@ pub fn key_hash(seed: u64, half: Half, relationship: &str, name: &str) -> u64 {
 }
 
 /// 16-bit key fingerprint kept per slot in the block header.
-pub(crate) fn key_fp(h: u64) -> u16 {
+pub fn key_fp(h: u64) -> u16 {
     h as u16
 }
 
 /// Index of the primary bucket within a half of `buckets` buckets.
-pub(crate) fn bucket_of(h: u64, buckets: u32) -> u32 {
+pub fn bucket_of(h: u64, buckets: u32) -> u32 {
     ((h as u128 * buckets as u128) >> 64) as u32
 }
 
 /// 8-bit whole-tag fingerprint kept per slot in the block header.
-pub(crate) fn tag_fp(seed: u64, slot: &SlotBytes) -> u8 {
+pub fn tag_fp(seed: u64, slot: &SlotBytes) -> u8 {
     let len = SLOT_HEADER + slot[1] as usize + slot[2] as usize + slot[3] as usize;
     tag_fp_of(seed, &slot[..len.min(SLOT_SIZE)])
 }
