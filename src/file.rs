@@ -180,7 +180,8 @@ impl MappedFile {
         if !writable {
             return Err(Error::ReadOnly);
         }
-        self.flush()?;
+        // Dirty pages of a shared mapping stay in the page cache when it is
+        // unmapped, so remapping needs no flush.
         self.file
             .set_len(len)
             .map_err(|e| Error::io(format!("resizing {}", self.path.display()), e))?;
