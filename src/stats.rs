@@ -97,19 +97,19 @@ impl Store {
         let tags = inner.tag_count;
         let primary_fill = primary_used as f64 / (n as f64 * geo.primary_capacity() as f64);
         let mut advice = Vec::new();
-        if tags > 0
-            && linked as f64 * geo.blocks_per_secondary as f64
-                > 0.25 * primary_used.max(1) as f64 / SLOTS_PER_BLOCK as f64
-        {
+        // Peaks always overflow, whatever the geometry; overflow in many
+        // buckets means the geometry itself is too small.
+        if chains as f64 > 0.05 * n as f64 && tags > 0 {
             advice.push(format!(
-                "{linked} linked secondary buckets hold a large share of the tags: re-hash with `tagstore maintain --expected-tags {}`",
+                "{chains} of {n} primary buckets overflow into secondary buckets: re-hash with `tagstore maintain --expected-tags {}`",
                 tags.saturating_mul(2)
             ));
         }
         if primary_fill > 0.85 {
             advice.push(format!(
-                "primary buckets are {:.0}% full: re-hash into more buckets",
-                primary_fill * 100.0
+                "primary buckets are {:.0}% full: re-hash with `tagstore maintain --expected-tags {}`",
+                primary_fill * 100.0,
+                tags.saturating_mul(2)
             ));
         }
         if holes > tags / 4 && holes > 1000 {

@@ -394,6 +394,11 @@ impl Inner {
 
     /// Inserts an encoded tag; false if it was already present.
     fn insert_encoded(&mut self, slot: &SlotBytes) -> Result<bool> {
+        self.insert_slot(slot, true)
+    }
+
+    /// Inserts an encoded tag; with `check_dup` false the caller guarantees it is absent.
+    fn insert_slot(&mut self, slot: &SlotBytes, check_dup: bool) -> Result<bool> {
         let view =
             tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), (gs, hs)] = self.keys(&view);
@@ -405,7 +410,7 @@ impl Inner {
         } else {
             (gs, ks)
         };
-        if self.locate(gc, kc, tfp, slot)?.is_some() {
+        if check_dup && self.locate(gc, kc, tfp, slot)?.is_some() {
             return Ok(false);
         }
         let po = self.plan(go)?;
@@ -489,8 +494,22 @@ impl Inner {
             self.closed = true;
             return Ok(());
         }
-        self.file.flush()?;
+        // Give back free secondary buckets at the end of the file: a free
+        // bucket is never written (buckets are only unlinked by maintenance,
+        // which writes a fresh file), so nothing is lost by truncating them.
+        let keep = self
+            .tables
+            .secondary
+            .iter()
+            .rposition(|e| e.owner != NONE)
+            .map_or(0, |i| i + 1);
         let geo = self.geometry();
+        if keep < self.tables.secondary.len() {
+            self.tables.secondary.truncate(keep);
+            self.tables.free.retain(|&s| (s as usize) < keep);
+            self.file.set_len(geo.file_len(keep as u32))?;
+        }
+        self.file.flush()?;
         let sec = self.tables.secondary.len() as u32;
         let img = self.tables.encode();
         let off = geo.file_len(sec);
@@ -863,6 +882,16 @@ impl Store {
             }
         }
         (out, Ok(()))
+    }
+
+    /// Inserts tags known to be distinct and absent (maintenance rebuilds).
+    pub(crate) fn insert_unique(&self, tags: &[Tag]) -> Result<()> {
+        let mut inner = self.write()?;
+        for t in tags {
+            let slot = tag::encode(t)?;
+            inner.insert_slot(&slot, false)?;
+        }
+        Ok(())
     }
 
     /// Flushes every change to stable storage (msync + fsync).

@@ -76,6 +76,27 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Compact the store offline (fill holes, free unneeded secondary buckets,
+    /// shrink the file) and optionally re-hash it into a new geometry.
+    Maintain {
+        /// Store file (must not be open elsewhere).
+        store: PathBuf,
+        /// Re-hash for this many tags (keeps the bucket sizes unless given).
+        #[arg(long)]
+        expected_tags: Option<u64>,
+        /// New primary bucket count per half.
+        #[arg(long)]
+        primary_buckets: Option<u32>,
+        /// New blocks per primary bucket.
+        #[arg(long)]
+        blocks_per_primary: Option<u32>,
+        /// New blocks per secondary bucket.
+        #[arg(long)]
+        blocks_per_secondary: Option<u32>,
+        /// Print the before/after summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify checksums and invariants; exits 1 on any fault.
     Check {
         /// Store file.
@@ -208,6 +229,50 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 println!("{j}");
             } else {
                 print_stats(&st);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Maintain {
+            store,
+            expected_tags,
+            primary_buckets,
+            blocks_per_primary,
+            blocks_per_secondary,
+            json,
+        } => {
+            let cur = Store::open_read_only(&store)?.geometry();
+            let bp = blocks_per_primary.unwrap_or(cur.blocks_per_primary);
+            let bs = blocks_per_secondary.unwrap_or(cur.blocks_per_secondary);
+            let mut g = match expected_tags {
+                Some(n) => tagstore::Geometry::sized(n, bp, bs),
+                None => tagstore::Geometry {
+                    blocks_per_primary: bp,
+                    blocks_per_secondary: bs,
+                    ..cur
+                },
+            };
+            if let Some(p) = primary_buckets {
+                g.primary_buckets_per_half = p;
+            }
+            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+            bar.set_style(
+                ProgressStyle::with_template("{bar:40} {pos}/{len} tags copied ({eta} left)")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            let opts = tagstore::MaintainOptions {
+                geometry: (g != cur).then_some(g),
+            };
+            let r = Store::maintain(&store, &opts, |done, total| {
+                bar.set_length(total);
+                bar.set_position(done);
+            });
+            bar.finish_and_clear();
+            let r = r?;
+            if json {
+                let j = serde_json::to_string_pretty(&r).map_err(|e| Fail(e.to_string()))?;
+                println!("{j}");
+            } else {
+                print_maintain(&r);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -392,6 +457,28 @@ fn load(store: &Store, file: &Path, insert: bool) -> Result<String, Fail> {
         if insert { "present" } else { "absent" },
         line_no as f64 / secs.max(1e-9)
     ))
+}
+
+fn print_maintain(r: &tagstore::MaintainReport) {
+    let (b, a) = (&r.before, &r.after);
+    println!("{:<26}{:>16}{:>16}", "", "before", "after");
+    let rows: [(&str, u64, u64); 7] = [
+        ("tags", b.tags, a.tags),
+        ("primary buckets", b.primary_buckets, a.primary_buckets),
+        (
+            "linked secondary buckets",
+            b.secondary_linked,
+            a.secondary_linked,
+        ),
+        ("holes", b.holes, a.holes),
+        ("longest chain", b.longest_chain, a.longest_chain),
+        ("file bytes", b.file_bytes, a.file_bytes),
+        ("allocated bytes", b.allocated_bytes, a.allocated_bytes),
+    ];
+    for (name, x, y) in rows {
+        println!("{name:<26}{x:>16}{y:>16}");
+    }
+    println!("took {:.2} s", r.seconds);
 }
 
 fn print_stats(s: &tagstore::Stats) {

@@ -1,0 +1,130 @@
+//! Offline maintenance: rewrite every chain densely, drop unneeded secondary
+//! buckets and optionally re-hash into a new geometry.
+//!
+//! The store is rewritten into `STORE.maintain.tmp` beside it and renamed over
+//! the original, so a crash at any moment leaves either the old store or the
+//! new one, never a mixture. It needs free disk for one more copy of the live
+//! tags; without it the rewrite fails with the filesystem's error and the old
+//! store is left untouched.
+
+use crate::error::{Error, Result};
+use crate::format::Geometry;
+use crate::stats::Stats;
+use crate::store::{CreateOptions, Store};
+use crate::tag::Tag;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What [`Store::maintain`] should change besides compacting.
+#[derive(Clone, Debug, Default)]
+pub struct MaintainOptions {
+    /// New geometry to re-hash into; `None` keeps the current one.
+    pub geometry: Option<Geometry>,
+}
+
+/// Before/after summary of a maintenance run.
+#[derive(Clone, Debug, Serialize)]
+pub struct MaintainReport {
+    /// Statistics before.
+    pub before: Stats,
+    /// Statistics after.
+    pub after: Stats,
+    /// Wall-clock seconds taken.
+    pub seconds: f64,
+}
+
+/// Path of the temporary file a maintenance run writes.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".maintain.tmp");
+    PathBuf::from(s)
+}
+
+fn sync_dir(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}
+
+impl Store {
+    /// Compacts (and optionally re-hashes) the store at `path`, which must not
+    /// be open anywhere else; `progress(done, total)` is called as tags are copied.
+    pub fn maintain(
+        path: impl AsRef<Path>,
+        options: &MaintainOptions,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<MaintainReport> {
+        let path = path.as_ref();
+        let started = Instant::now();
+        let old = Store::open(path)?;
+        let before = old.stats()?;
+        let geometry = options.geometry.unwrap_or(old.geometry);
+        geometry.validate()?;
+        let tmp = temp_path(path);
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("removing stale {}", tmp.display()), e)),
+        }
+        let mut copy = || -> Result<()> {
+            let new = Store::create(
+                &tmp,
+                &CreateOptions {
+                    expected_tags: 0,
+                    primary_buckets_per_half: Some(geometry.primary_buckets_per_half),
+                    blocks_per_primary: Some(geometry.blocks_per_primary),
+                    blocks_per_secondary: Some(geometry.blocks_per_secondary),
+                    seed: Some(old.seed),
+                },
+            )?;
+            let total = old.len();
+            let mut done = 0u64;
+            let mut chunk: Vec<Tag> = Vec::with_capacity(4096);
+            let mut it = old.tags();
+            loop {
+                chunk.clear();
+                for t in it.by_ref().take(4096) {
+                    chunk.push(t?);
+                }
+                if chunk.is_empty() {
+                    break;
+                }
+                new.insert_unique(&chunk)?;
+                done += chunk.len() as u64;
+                progress(done, total);
+            }
+            if new.len() != total {
+                return Err(Error::corrupt(format!(
+                    "maintenance copied {} tags but the store counts {total}; the store was left unchanged",
+                    new.len()
+                )));
+            }
+            new.close()
+        };
+        if let Err(e) = copy() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        if let Err(e) = std::fs::rename(&tmp, path) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(Error::io(
+                format!("renaming {} over {}", tmp.display(), path.display()),
+                e,
+            ));
+        }
+        sync_dir(path)?;
+        // The old handle now refers to the unlinked old file: drop it unwritten.
+        old.abandon();
+        let after = Store::open_read_only(path)?.stats()?;
+        Ok(MaintainReport {
+            before,
+            after,
+            seconds: started.elapsed().as_secs_f64(),
+        })
+    }
+}
