@@ -80,6 +80,9 @@ pub(crate) struct Inner {
     pub tables: Tables,
     pub tag_count: u64,
     verified: Vec<AtomicU64>,
+    /// Per primary bucket: a secondary bucket of its chain such that all
+    /// earlier ones are full (NONE: start at the head). Speeds INSERT on peaks.
+    open_hint: Vec<u32>,
     poisoned: bool,
     closed: bool,
     fail_after: Option<u64>,
@@ -154,19 +157,35 @@ impl Inner {
         self.sb.geometry
     }
 
-    /// Estimated blocks read to search key `kfp` in the chain of `g`.
-    fn chain_cost(&self, g: u32, kfp: u16) -> u64 {
+    /// True if searching key `ka` in chain `ga` reads no more blocks than key
+    /// `kb` in chain `gb`. Walks both chains in step and stops as soon as one
+    /// is known to be cheaper, so a peak's long chain is not walked in full.
+    fn first_is_cheaper(&self, (ga, ka): (u32, u16), (gb, kb): (u32, u16)) -> bool {
         let geo = self.geometry();
-        let mut cost = geo.blocks_per_primary as u64;
-        let mut s = self.tables.primary[g as usize].head;
-        while s != NONE {
-            let e = &self.tables.secondary[s as usize];
-            if filter_has(&e.filter, kfp) {
-                cost += geo.blocks_per_secondary as u64;
+        let t = &self.tables;
+        let (mut ca, mut cb) = (0u64, 0u64);
+        let (mut sa, mut sb) = (t.primary[ga as usize].head, t.primary[gb as usize].head);
+        loop {
+            if sa == NONE && ca <= cb {
+                return true;
             }
-            s = e.next;
+            if sb == NONE && cb < ca {
+                return false;
+            }
+            if sa != NONE && (ca <= cb || sb == NONE) {
+                let e = &t.secondary[sa as usize];
+                if filter_has(&e.filter, ka) {
+                    ca += geo.blocks_per_secondary as u64;
+                }
+                sa = e.next;
+            } else {
+                let e = &t.secondary[sb as usize];
+                if filter_has(&e.filter, kb) {
+                    cb += geo.blocks_per_secondary as u64;
+                }
+                sb = e.next;
+            }
         }
-        cost
     }
 
     /// Finds an encoded tag in the chain of `g`.
@@ -240,11 +259,13 @@ impl Inner {
                 ))),
             };
         }
-        let mut s = pe.head;
+        let hint = self.open_hint[g as usize];
+        let mut s = if hint != NONE { hint } else { pe.head };
         while s != NONE {
             let e = &self.tables.secondary[s as usize];
             let (ordinal, next) = (e.ordinal, e.next);
             if e.used < geo.secondary_capacity() {
+                self.open_hint[g as usize] = s;
                 return match self.first_free(geo.secondary_start(s), geo.blocks_per_secondary)? {
                     Some(addr) => Ok(Plan {
                         addr,
@@ -363,6 +384,7 @@ impl Inner {
                     e.owner = g;
                     e.ordinal = p.ordinal;
                     e.next = NONE;
+                    self.open_hint[g as usize] = s;
                 }
                 let e = &mut self.tables.secondary[s as usize];
                 e.used += 1;
@@ -380,6 +402,11 @@ impl Inner {
             Some(s) => {
                 let e = &mut self.tables.secondary[s as usize];
                 e.used = e.used.saturating_sub(1);
+                let ordinal = e.ordinal;
+                let hint = self.open_hint[g as usize];
+                if hint != NONE && ordinal < self.tables.secondary[hint as usize].ordinal {
+                    self.open_hint[g as usize] = s;
+                }
             }
         }
     }
@@ -405,7 +432,7 @@ impl Inner {
         let (ko, ks) = (key_fp(ho), key_fp(hs));
         let tfp = tag_fp(self.sb.seed, slot);
         // The tag is in both halves or neither: search the cheaper chain.
-        let (gc, kc) = if self.chain_cost(go, ko) <= self.chain_cost(gs, ks) {
+        let (gc, kc) = if self.first_is_cheaper((go, ko), (gs, ks)) {
             (go, ko)
         } else {
             (gs, ks)
@@ -620,6 +647,7 @@ impl Store {
         let mut inner = Inner {
             tables: Tables::new(&geometry, 0),
             verified: (0..verified_len(len)).map(|_| AtomicU64::new(0)).collect(),
+            open_hint: vec![NONE; geometry.primary_buckets() as usize],
             file,
             sb: sb.clone(),
             tag_count: 0,
@@ -702,6 +730,7 @@ impl Store {
             .map(|_| AtomicU64::new(0))
             .collect();
         let mut inner = Inner {
+            open_hint: vec![NONE; geo.primary_buckets() as usize],
             file,
             sb: sb.clone(),
             tables,
