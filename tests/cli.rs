@@ -1,0 +1,1084 @@
+//! The `tagstore` command-line contract, end to end through the real binary.
+//!
+//! Covers: `create` (and refusing an existing path or a bad geometry);
+//! single-tag `insert`/`delete` and their one-word answers; `insert --file`
+//! of fixtures/debian-packages.tsv and fixtures/awkward.tsv plus a generated
+//! file of awkward strings, with `export` round-tripping every escape, tab,
+//! newline, backslash, Unicode string and empty field exactly once; `find` in
+//! both directions, TSV-escaped, with `--limit`; loading and deleting from
+//! stdin (`--file -`); a malformed line (wrong field count, bad escape, lone
+//! backslash, invalid UTF-8) and an oversized tag stopping the load with the
+//! line number and the count stored before it, those tags kept; `stats
+//! --json`; `check` exit codes on a good and a damaged store; every failure
+//! exiting 1 with "error:" on stderr, usage errors exiting 2, and no command
+//! ever panicking (exit 101), even when stdout is closed.
+//!
+//! These tests never open a store through the library: a store file held open
+//! in this process could be inherited, still locked, by a child forked from
+//! another test thread.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
+
+type Triple = (String, String, String);
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// Runs the CLI; never accepts a panic or a death by signal.
+fn run_in<S: AsRef<OsStr>>(args: &[S], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    let mut child = cmd.spawn().expect("spawn tagstore");
+    if let Some(data) = stdin {
+        let mut w = child.stdin.take().expect("stdin");
+        let data = data.to_vec();
+        // Write from a thread so a large input cannot deadlock against output.
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        });
+    }
+    let out = child.wait_with_output().expect("wait");
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(101),
+        "tagstore {shown:?} panicked: {stderr}"
+    );
+    assert!(
+        out.status.code().is_some(),
+        "tagstore {shown:?} died by a signal: {:?}",
+        out.status
+    );
+    assert!(
+        !stderr.contains("panicked"),
+        "tagstore {shown:?} panicked: {stderr}"
+    );
+    out
+}
+
+fn run<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run_in(args, None)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: Output) -> Output {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "expected success; stderr: {}",
+        stderr(&o)
+    );
+    o
+}
+
+/// Asserts a clean failure: exit 1, stderr starts with "error: " and mentions each needle.
+fn fails(o: &Output, needles: &[&str]) -> String {
+    let e = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected exit 1, got {:?}; stderr: {e}",
+        o.status
+    );
+    let last = e.lines().last().unwrap_or_default();
+    assert!(
+        e.starts_with("error: ") || last.starts_with("error: "),
+        "stderr lacks an \"error: \" line: {e:?}"
+    );
+    for n in needles {
+        assert!(e.contains(n), "stderr lacks {n:?}: {e}");
+    }
+    e
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+// --- TSV, implemented independently of the crate -----------------------------
+
+fn esc(f: &str) -> String {
+    let mut o = String::new();
+    for c in f.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '\t' => o.push_str("\\t"),
+            '\n' => o.push_str("\\n"),
+            '\r' => o.push_str("\\r"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn unesc(f: &str) -> String {
+    let mut o = String::new();
+    let mut it = f.chars();
+    while let Some(c) = it.next() {
+        if c != '\\' {
+            o.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('\\') => o.push('\\'),
+            Some('t') => o.push('\t'),
+            Some('n') => o.push('\n'),
+            Some('r') => o.push('\r'),
+            other => panic!("bad escape \\{other:?} in {f:?}"),
+        }
+    }
+    o
+}
+
+fn line_of(t: &Triple) -> String {
+    format!("{}\t{}\t{}", esc(&t.0), esc(&t.1), esc(&t.2))
+}
+
+fn parse_tsv(text: &str) -> Vec<Triple> {
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            assert_eq!(f.len(), 3, "line {l:?}");
+            (unesc(f[0]), unesc(f[1]), unesc(f[2]))
+        })
+        .collect()
+}
+
+fn read_fixture(name: &str) -> Vec<Triple> {
+    parse_tsv(&std::fs::read_to_string(fixture(name)).expect("fixture"))
+}
+
+/// Exports the store; asserts every tag appears once and returns the set.
+fn export(store: &Path) -> BTreeSet<Triple> {
+    let out = ok(run(&["export", s(store)]));
+    let text = stdout(&out);
+    let v = parse_tsv(&text);
+    let set: BTreeSet<Triple> = v.iter().cloned().collect();
+    assert_eq!(set.len(), v.len(), "export printed a tag more than once");
+    set
+}
+
+fn create_small(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    let o = ok(run(&[
+        "create",
+        s(&p),
+        "--primary-buckets",
+        "8",
+        "--blocks-per-primary",
+        "1",
+        "--blocks-per-secondary",
+        "2",
+        "--seed",
+        "11",
+    ]));
+    assert!(stdout(&o).starts_with("created "), "{}", stdout(&o));
+    p
+}
+
+fn lines_set(out: &Output) -> BTreeSet<String> {
+    stdout(out).lines().map(str::to_owned).collect()
+}
+
+/// Tags with tabs, newlines, CRs, backslashes, Unicode, empty fields, and the
+/// largest tag that fits (156 bytes of strings).
+fn awkward_extra() -> Vec<Triple> {
+    let t = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+    vec![
+        t("", "", ""),
+        t("", "rel", ""),
+        t("obj", "", "subj"),
+        t("tab\there", "new\nline", "cr\rhere"),
+        t("\\", "\\\\", "\\t is not a tab"),
+        t("ends with backslash\\", "isa", "\\n literal"),
+        t("\t\t", "\n", "\r\n"),
+        t("日本語", "は", "テスト"),
+        t("emoji 🦀🦀", "🔗", "👍🏽 skin tone"),
+        t("combining e\u{301}", "zero\u{200b}width", "nbsp\u{a0}"),
+        t("\u{feff}bom", "isa", "right-to-left \u{202e}txet"),
+        t(&"o".repeat(150), "r", "sssss"),
+        t(&"é".repeat(77), "", "xx"),
+    ]
+}
+
+#[test]
+fn single_insert_and_delete() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "single.tags");
+    let p = s(&st);
+    assert_eq!(
+        stdout(&ok(run(&["insert", p, "photo1", "isa", "sunset"]))),
+        "inserted\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(&["insert", p, "photo1", "isa", "sunset"]))),
+        "already present\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(&["insert", p, "photo2", "isa", "sunset"]))),
+        "inserted\n"
+    );
+    // Fields are taken literally: a real tab and an empty field.
+    assert_eq!(
+        stdout(&ok(run(&["insert", p, "a\tb", "", "日本"]))),
+        "inserted\n"
+    );
+    let want: BTreeSet<Triple> = [
+        ("photo1", "isa", "sunset"),
+        ("photo2", "isa", "sunset"),
+        ("a\tb", "", "日本"),
+    ]
+    .iter()
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    .collect();
+    assert_eq!(export(&st), want);
+    let raw = stdout(&ok(run(&["export", p])));
+    assert!(raw.contains("a\\tb\t\t日本\n"), "export escapes: {raw:?}");
+
+    assert_eq!(
+        stdout(&ok(run(&["delete", p, "photo1", "isa", "sunset"]))),
+        "deleted\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(&["delete", p, "photo1", "isa", "sunset"]))),
+        "not present\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(&["delete", p, "never", "was", "here"]))),
+        "not present\n"
+    );
+    assert_eq!(
+        stdout(&ok(run(&["delete", p, "a\tb", "", "日本"]))),
+        "deleted\n"
+    );
+    assert_eq!(
+        export(&st),
+        [(
+            "photo2".to_string(),
+            "isa".to_string(),
+            "sunset".to_string()
+        )]
+        .into_iter()
+        .collect()
+    );
+    ok(run(&["check", p]));
+}
+
+#[test]
+fn create_refuses_existing_path_and_bad_geometry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "c.tags");
+    ok(run(&["insert", s(&st), "keep", "me", "please"]));
+    let before = std::fs::read(&st).expect("read");
+    let o = run(&["create", s(&st)]);
+    fails(&o, &["already exists"]);
+    assert_eq!(
+        std::fs::read(&st).expect("read"),
+        before,
+        "create clobbered a store"
+    );
+
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, "not a store\n").expect("write");
+    fails(&run(&["create", s(&other)]), &["already exists"]);
+    assert_eq!(
+        std::fs::read_to_string(&other).expect("read"),
+        "not a store\n"
+    );
+
+    let bad = dir.path().join("bad.tags");
+    fails(
+        &run(&["create", s(&bad), "--blocks-per-primary", "0"]),
+        &["invalid argument"],
+    );
+    fails(
+        &run(&["create", s(&bad), "--primary-buckets", "0"]),
+        &["invalid argument"],
+    );
+    assert!(!bad.exists(), "a refused create left a file behind");
+    let nodir = dir.path().join("no/such/dir/x.tags");
+    fails(&run(&["create", s(&nodir)]), &[]);
+}
+
+#[test]
+fn load_fixtures_and_export_round_trip() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "load.tags");
+    let p = s(&st);
+    let debian = read_fixture("debian-packages.tsv");
+    let awkward = read_fixture("awkward.tsv");
+    let extra = awkward_extra();
+    let extra_file = dir.path().join("extra.tsv");
+    let mut text: String = extra.iter().map(|t| line_of(t) + "\n").collect();
+    text.push_str(&line_of(&extra[3])); // a repeat, and no final newline
+    std::fs::write(&extra_file, &text).expect("write");
+
+    let o = ok(run(&[
+        "insert",
+        p,
+        "--file",
+        s(&fixture("debian-packages.tsv")),
+    ]));
+    let n = debian.len();
+    assert!(
+        stdout(&o).starts_with(&format!(
+            "inserted {n} tags (0 already present) from {n} lines"
+        )),
+        "{}",
+        stdout(&o)
+    );
+    let o = ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    assert!(
+        stdout(&o).starts_with(&format!("inserted {} tags", awkward.len())),
+        "{}",
+        stdout(&o)
+    );
+    let o = ok(run(&["insert", p, "--file", s(&extra_file)]));
+    assert!(
+        stdout(&o).starts_with(&format!(
+            "inserted {} tags (1 already present) from {} lines",
+            extra.len(),
+            extra.len() + 1
+        )),
+        "{}",
+        stdout(&o)
+    );
+    // Loading a file again changes nothing.
+    let o = ok(run(&[
+        "insert",
+        p,
+        "--file",
+        s(&fixture("debian-packages.tsv")),
+    ]));
+    assert!(
+        stdout(&o).starts_with(&format!("inserted 0 tags ({n} already present)")),
+        "{}",
+        stdout(&o)
+    );
+
+    let union: BTreeSet<Triple> = debian
+        .iter()
+        .chain(&awkward)
+        .chain(&extra)
+        .cloned()
+        .collect();
+    assert_eq!(
+        union.len(),
+        n + awkward.len() + extra.len(),
+        "inputs are disjoint"
+    );
+    let got = export(&st);
+    let missing: Vec<_> = union.difference(&got).take(5).collect();
+    let unexpected: Vec<_> = got.difference(&union).take(5).collect();
+    assert!(
+        missing.is_empty() && unexpected.is_empty(),
+        "export differs: missing {missing:?}, unexpected {unexpected:?}"
+    );
+    // Byte level: sorted export lines equal the sorted (canonical) input lines.
+    let mut exported: Vec<String> = stdout(&ok(run(&["export", p])))
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    exported.sort();
+    let mut input: Vec<String> = union.iter().map(line_of).collect();
+    input.sort();
+    assert_eq!(exported, input);
+    let mut fixture_lines: Vec<String> = std::fs::read_to_string(fixture("awkward.tsv"))
+        .expect("read")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    fixture_lines.sort();
+    assert!(
+        fixture_lines
+            .iter()
+            .all(|l| exported.binary_search(l).is_ok()),
+        "awkward.tsv lines are not reproduced byte for byte"
+    );
+
+    // stats agrees and check is clean.
+    let o = ok(run(&["stats", p, "--json"]));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stats --json is JSON");
+    assert_eq!(j["tags"].as_u64(), Some(union.len() as u64), "{j}");
+    assert_eq!(j["geometry"]["primary_buckets_per_half"].as_u64(), Some(8));
+    assert_eq!(j["geometry"]["blocks_per_primary"].as_u64(), Some(1));
+    assert_eq!(j["geometry"]["blocks_per_secondary"].as_u64(), Some(2));
+    assert!(j["secondary_linked"].as_u64().expect("secondary_linked") > 0);
+    let text = stdout(&ok(run(&["stats", p])));
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("tags") && l.trim_end().ends_with(&union.len().to_string())),
+        "{text}"
+    );
+    let o = ok(run(&["check", p, "--json"]));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("check --json is JSON");
+    assert_eq!(j["faults"].as_array().map(Vec::len), Some(0), "{j}");
+    assert_eq!(j["object_tags"].as_u64(), Some(union.len() as u64));
+    assert_eq!(j["subject_tags"].as_u64(), Some(union.len() as u64));
+}
+
+#[test]
+fn find_both_directions_with_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "find.tags");
+    let p = s(&st);
+    ok(run(&[
+        "insert",
+        p,
+        "--file",
+        s(&fixture("debian-packages.tsv")),
+    ]));
+    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    let mut tags = read_fixture("debian-packages.tsv");
+    tags.extend(read_fixture("awkward.tsv"));
+    let mut by_o: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    let mut by_s: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
+    for (o, r, sub) in &tags {
+        by_o.entry((o.clone(), r.clone()))
+            .or_default()
+            .insert(esc(sub));
+        by_s.entry((sub.clone(), r.clone()))
+            .or_default()
+            .insert(esc(o));
+    }
+
+    // Every (object, relationship) of a sample, and the busiest keys.
+    let busiest_o = by_o.iter().max_by_key(|(_, v)| v.len()).expect("keys");
+    let busiest_s = by_s.iter().max_by_key(|(_, v)| v.len()).expect("keys");
+    assert!(busiest_o.1.len() >= 60 && busiest_s.1.len() >= 600);
+    for ((o, r), want) in by_o.iter().step_by(97).chain([busiest_o]) {
+        let out = ok(run(&["find", p, "--object", o, "--relationship", r]));
+        assert_eq!(
+            stdout(&out).lines().count(),
+            want.len(),
+            "duplicates for {o}/{r}"
+        );
+        assert_eq!(
+            &lines_set(&out),
+            want,
+            "find --object {o:?} --relationship {r:?}"
+        );
+    }
+    for ((sub, r), want) in by_s.iter().step_by(97).chain([busiest_s]) {
+        let out = ok(run(&["find", p, "--subject", sub, "--relationship", r]));
+        assert_eq!(
+            stdout(&out).lines().count(),
+            want.len(),
+            "duplicates for {sub}/{r}"
+        );
+        assert_eq!(
+            &lines_set(&out),
+            want,
+            "find --subject {sub:?} --relationship {r:?}"
+        );
+    }
+
+    // --limit: exactly N distinct correct answers, 0 means none, large means all.
+    let ((o, r), want) = busiest_o;
+    for limit in [0usize, 1, 2, 10, want.len(), want.len() + 5] {
+        let out = ok(run(&[
+            "find",
+            p,
+            "--object",
+            o,
+            "--relationship",
+            r,
+            "--limit",
+            &limit.to_string(),
+        ]));
+        let got = lines_set(&out);
+        assert_eq!(
+            stdout(&out).lines().count(),
+            limit.min(want.len()),
+            "--limit {limit}"
+        );
+        assert_eq!(got.len(), limit.min(want.len()), "--limit {limit} repeats");
+        assert!(got.is_subset(want), "--limit {limit}: {got:?}");
+    }
+    let ((sub, r), want) = busiest_s;
+    let out = ok(run(&[
+        "find",
+        p,
+        "--subject",
+        sub,
+        "--relationship",
+        r,
+        "--limit",
+        "3",
+    ]));
+    let got = lines_set(&out);
+    assert_eq!(got.len(), 3);
+    assert!(got.is_subset(want));
+
+    // Awkward keys are passed raw and printed TSV-escaped.
+    let out = ok(run(&[
+        "find",
+        p,
+        "--object",
+        "photo\t1",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(
+        lines_set(&out),
+        ["日本の夕日", "sunset"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect()
+    );
+    let out = ok(run(&[
+        "find",
+        p,
+        "--subject",
+        "sunset",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(
+        lines_set(&out),
+        ["photo\\t1", "photo2"]
+            .iter()
+            .map(|x| x.to_string())
+            .collect()
+    );
+    let out = ok(run(&[
+        "find",
+        p,
+        "--subject",
+        "line\nbreak",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(stdout(&out), "back\\\\slash\n");
+    let out = ok(run(&[
+        "find",
+        p,
+        "--object",
+        "back\\slash",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(stdout(&out), "line\\nbreak\n");
+    let out = ok(run(&[
+        "find",
+        p,
+        "--subject",
+        "empty object",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(
+        stdout(&out),
+        "\n",
+        "an empty object prints as an empty line"
+    );
+    let out = ok(run(&["find", p, "--object", "", "--relationship", "isa"]));
+    assert_eq!(stdout(&out), "empty object\n");
+    // Absent keys and the wrong relationship: nothing, successfully.
+    let out = ok(run(&[
+        "find",
+        p,
+        "--object",
+        "perl",
+        "--relationship",
+        "no_such_rel",
+    ]));
+    assert_eq!(stdout(&out), "");
+    let out = ok(run(&[
+        "find",
+        p,
+        "--object",
+        &"x".repeat(400),
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(stdout(&out), "");
+    // FIND on the escaped form finds nothing: arguments are not unescaped.
+    let out = ok(run(&[
+        "find",
+        p,
+        "--object",
+        "photo\\t1",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(stdout(&out), "");
+}
+
+#[test]
+fn stdin_loading_and_deleting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "stdin.tags");
+    let p = s(&st);
+    let extra = awkward_extra();
+    let text: String = extra.iter().map(|t| line_of(t) + "\n").collect();
+    let o = ok(run_in(&["insert", p, "--file", "-"], Some(text.as_bytes())));
+    assert!(
+        stdout(&o).starts_with(&format!("inserted {} tags", extra.len())),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(export(&st), extra.iter().cloned().collect());
+
+    // Delete half of them from stdin (last line without newline), plus one absent.
+    let gone: Vec<Triple> = extra.iter().step_by(2).cloned().collect();
+    let mut del: String = gone.iter().map(|t| line_of(t) + "\n").collect();
+    del.push_str("absent\ttag\there");
+    let o = ok(run_in(&["delete", p, "--file", "-"], Some(del.as_bytes())));
+    assert!(
+        stdout(&o).starts_with(&format!("deleted {} tags (1 already absent)", gone.len())),
+        "{}",
+        stdout(&o)
+    );
+    let left: BTreeSet<Triple> = extra.iter().skip(1).step_by(2).cloned().collect();
+    assert_eq!(export(&st), left);
+
+    // Empty stdin: nothing to do, success.
+    let o = ok(run_in(&["insert", p, "--file", "-"], Some(b"")));
+    assert!(stdout(&o).starts_with("inserted 0 tags"), "{}", stdout(&o));
+    assert_eq!(export(&st), left);
+    ok(run(&["check", p]));
+}
+
+/// `good` lines, then `bad`, then more good lines that must not be loaded.
+fn load_with_bad_line(good: usize, bad: &[u8], label: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "bad.tags");
+    let p = s(&st);
+    let before: Vec<Triple> = (0..good)
+        .map(|i| {
+            (
+                format!("pkg{i}"),
+                "depends_on".to_string(),
+                format!("lib{}", i % 91),
+            )
+        })
+        .collect();
+    let after: Vec<Triple> = (0..5)
+        .map(|i| (format!("after{i}"), "isa".to_string(), "late".to_string()))
+        .collect();
+    let mut data = Vec::new();
+    for t in &before {
+        data.extend_from_slice(line_of(t).as_bytes());
+        data.push(b'\n');
+    }
+    data.extend_from_slice(bad);
+    data.push(b'\n');
+    for t in &after {
+        data.extend_from_slice(line_of(t).as_bytes());
+        data.push(b'\n');
+    }
+    let file = dir.path().join("input.tsv");
+    std::fs::write(&file, &data).expect("write");
+    let line = format!("line {}:", good + 1);
+    let count = format!("{good} tags inserted before it");
+    for (src, input) in [
+        (s(&file).to_string(), None),
+        ("-".to_string(), Some(&data[..])),
+    ] {
+        let o = run_in(&["insert", p, "--file", &src], input);
+        let e = fails(&o, &[&line, &count]);
+        assert!(
+            !e.contains(&format!("line {}:", good + 2)),
+            "{label}: blames the wrong line: {e}"
+        );
+        // The tags before the bad line are kept, those after it are not loaded.
+        let got = export(&st);
+        let want: BTreeSet<Triple> = before.iter().cloned().collect();
+        assert_eq!(
+            got, want,
+            "{label} (from {src}): store holds the wrong tags"
+        );
+        // Start over for the next source.
+        std::fs::remove_file(&st).expect("rm");
+        create_small(dir.path(), "bad.tags");
+    }
+}
+
+#[test]
+fn malformed_lines_stop_the_load() {
+    let cases: [(&str, &[u8]); 8] = [
+        ("two fields", b"only\ttwo"),
+        ("four fields", b"a\tb\tc\td"),
+        ("one field", b"no tabs at all"),
+        ("blank line", b""),
+        ("unknown escape", b"bad\\xescape\tisa\tthing"),
+        ("lone trailing backslash", b"a\tb\tends with\\"),
+        ("invalid UTF-8", b"caf\xe9\tisa\tlatin1"),
+        ("truncated UTF-8", b"ok\tisa\t\xe6\x97"),
+    ];
+    for (label, bad) in cases {
+        load_with_bad_line(10, bad, label);
+    }
+}
+
+#[test]
+fn malformed_line_after_a_full_chunk() {
+    // The loader applies tags in chunks; the count must include every chunk.
+    load_with_bad_line(5000, b"x\ty", "after 5000 lines");
+}
+
+#[test]
+fn malformed_line_in_delete_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "del.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    let text = std::fs::read_to_string(fixture("awkward.tsv")).expect("read");
+    let lines: Vec<&str> = text.lines().collect();
+    let input = format!("{}\n{}\nbroken line\n{}\n", lines[0], lines[1], lines[2]);
+    let o = run_in(&["delete", p, "--file", "-"], Some(input.as_bytes()));
+    fails(&o, &["line 3:", "2 tags deleted before it"]);
+    let want: BTreeSet<Triple> = read_fixture("awkward.tsv").into_iter().skip(2).collect();
+    assert_eq!(export(&st), want);
+}
+
+#[test]
+fn oversized_tag_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "big.tags");
+    let p = s(&st);
+    // 200 bytes of object: needs 4 + 200 + 3 + 4 = 211 bytes.
+    let big = format!("{}\tisa\tbig!", "o".repeat(200));
+    let input = format!("a\tb\tc\nd\te\tf\ng\th\ti\n{big}\nj\tk\tl\n");
+    let o = run_in(&["insert", p, "--file", "-"], Some(input.as_bytes()));
+    fails(
+        &o,
+        &["line 4:", "needs 211 bytes", "3 tags inserted before it"],
+    );
+    let want: BTreeSet<Triple> = [("a", "b", "c"), ("d", "e", "f"), ("g", "h", "i")]
+        .iter()
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+        .collect();
+    assert_eq!(export(&st), want);
+
+    // Bytes, not characters: 80 × "é" is 160 bytes, needing 4 + 160 + 1 + 1 = 166.
+    let wide = format!("{}\tr\ts\n", "é".repeat(80));
+    let o = run_in(&["insert", p, "--file", "-"], Some(wide.as_bytes()));
+    fails(
+        &o,
+        &["line 1:", "needs 166 bytes", "0 tags inserted before it"],
+    );
+
+    // One byte over the limit is refused, the limit itself is fine.
+    let at_limit = ("o".repeat(150), "r".to_string(), "sssss".to_string());
+    assert_eq!(
+        stdout(&ok(run(&[
+            "insert",
+            p,
+            &at_limit.0,
+            &at_limit.1,
+            &at_limit.2
+        ]))),
+        "inserted\n"
+    );
+    fails(
+        &run(&["insert", p, &"o".repeat(151), "r", "sssss"]),
+        &["needs 161 bytes"],
+    );
+
+    // In a later chunk of a big file: the line number and count must still be right.
+    let mut text = String::new();
+    for i in 0..4099 {
+        text.push_str(&format!("bulk{i}\tisa\tthing\n"));
+    }
+    text.push_str(&big);
+    text.push('\n');
+    text.push_str("never\tloaded\there\n");
+    let file = dir.path().join("bulk.tsv");
+    std::fs::write(&file, &text).expect("write");
+    let o = run(&["insert", p, "--file", s(&file)]);
+    fails(
+        &o,
+        &[
+            "line 4100:",
+            "needs 211 bytes",
+            "4099 tags inserted before it",
+        ],
+    );
+    let got = export(&st);
+    assert_eq!(got.len(), 3 + 1 + 4099);
+    assert!(got.contains(&("bulk4098".into(), "isa".into(), "thing".into())));
+    assert!(!got.contains(&("never".into(), "loaded".into(), "here".into())));
+    ok(run(&["check", p]));
+}
+
+/// A data block of the store file that holds at least one tag.
+fn written_data_block(img: &[u8]) -> usize {
+    (2..img.len() / 4096)
+        .find(|&b| {
+            let blk = &img[b * 4096..(b + 1) * 4096];
+            blk[4] == 0xB1 && blk[6..10] != [0, 0, 0, 0]
+        })
+        .expect("a written primary block")
+}
+
+#[test]
+fn check_exit_codes_good_and_damaged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "chk.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    ok(run(&[
+        "insert",
+        p,
+        "--file",
+        s(&fixture("debian-packages.tsv")),
+    ]));
+    let o = ok(run(&["check", p]));
+    assert!(stdout(&o).contains(" 0 faults"), "{}", stdout(&o));
+
+    let mut img = std::fs::read(&st).expect("read");
+    let b = written_data_block(&img);
+    assert!(
+        b < 2 + 8,
+        "block {b} is in the object half, which export reads"
+    );
+    img[b * 4096 + 96 + 3] ^= 0x20; // inside slot 0
+    std::fs::write(&st, &img).expect("write");
+
+    let o = run(&["check", p]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "check of a damaged store must exit 1"
+    );
+    let text = stdout(&o);
+    assert!(
+        text.contains(&format!("block {b}:")),
+        "check does not name block {b}: {text}"
+    );
+    let o = run(&["check", p, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+    let faults = j["faults"].as_array().expect("faults");
+    assert!(
+        faults.iter().any(|f| f
+            .as_str()
+            .is_some_and(|f| f.contains(&format!("block {b}:")))),
+        "{j}"
+    );
+    // Reading through the damage fails cleanly, naming the block.
+    let o = run(&["export", p]);
+    fails(&o, &["corrupt", &format!("block {b} ")]);
+}
+
+#[test]
+fn failures_exit_1_with_error_prefix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("missing.tags");
+    let m = s(&missing);
+    for args in [
+        vec!["insert", m, "a", "b", "c"],
+        vec!["insert", m, "--file", "-"],
+        vec!["delete", m, "a", "b", "c"],
+        vec!["find", m, "--object", "a", "--relationship", "b"],
+        vec!["find", m, "--subject", "a", "--relationship", "b"],
+        vec!["export", m],
+        vec!["stats", m],
+        vec!["stats", m, "--json"],
+        vec!["check", m],
+    ] {
+        let o = run(&args);
+        fails(&o, &["no such store file"]);
+        assert!(o.stdout.is_empty(), "{args:?} printed to stdout");
+        assert!(!missing.exists(), "{args:?} created the store");
+    }
+
+    let text = dir.path().join("text.tags");
+    std::fs::write(&text, "hello\tworld\tagain\n".repeat(1000)).expect("write");
+    let t = s(&text);
+    for args in [
+        vec!["insert", t, "a", "b", "c"],
+        vec!["find", t, "--object", "a", "--relationship", "b"],
+        vec!["export", t],
+        vec!["stats", t],
+        vec!["check", t],
+    ] {
+        fails(&run(&args), &["not a tagstore file"]);
+    }
+    assert_eq!(
+        std::fs::read_to_string(&text).expect("read"),
+        "hello\tworld\tagain\n".repeat(1000)
+    );
+
+    let st = create_small(dir.path(), "ok.tags");
+    let p = s(&st);
+    let nofile = dir.path().join("no-such-input.tsv");
+    fails(
+        &run(&["insert", p, "--file", s(&nofile)]),
+        &["no-such-input.tsv"],
+    );
+    fails(
+        &run(&["delete", p, "--file", s(&nofile)]),
+        &["no-such-input.tsv"],
+    );
+    let d = dir.path().join("adir");
+    std::fs::create_dir(&d).expect("mkdir");
+    fails(&run(&["insert", p, "--file", s(&d)]), &[]);
+    fails(
+        &run(&["find", s(&d), "--object", "a", "--relationship", "b"]),
+        &[],
+    );
+    fails(
+        &run(&["insert", p, &"x".repeat(300), "y", "z"]),
+        &["needs 306 bytes"],
+    );
+    // The store is still fine after all that.
+    assert!(export(&st).is_empty());
+    ok(run(&["check", p]));
+
+    // A newer format version is refused with a clear message.
+    let mut img = std::fs::read(&st).expect("read");
+    img[8..12].copy_from_slice(&9u32.to_le_bytes());
+    let c = crc32fast::hash(&img[..4092]);
+    img[4092..4096].copy_from_slice(&c.to_le_bytes());
+    std::fs::write(&st, &img).expect("write");
+    fails(&run(&["export", p]), &["version 9"]);
+    fails(&run(&["insert", p, "a", "b", "c"]), &["version 9"]);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "usage.tags");
+    let p = s(&st);
+    let cases: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["frobnicate"],
+        vec!["create"],
+        vec!["find", p, "--object", "a"],
+        vec!["find", p, "--relationship", "r"],
+        vec![
+            "find",
+            p,
+            "--object",
+            "a",
+            "--subject",
+            "b",
+            "--relationship",
+            "r",
+        ],
+        vec![
+            "find",
+            p,
+            "--object",
+            "a",
+            "--relationship",
+            "r",
+            "--limit",
+            "-1",
+        ],
+        vec!["insert", p],
+        vec!["insert", p, "a", "b", "c", "--file", "x.tsv"],
+        vec!["create", "x.tags", "--expected-tags", "lots"],
+        vec!["stats", p, "--yaml"],
+    ];
+    for args in cases {
+        let o = run(&args);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: expected a usage error (exit 2), got {:?}: {}",
+            o.status,
+            stderr(&o)
+        );
+        assert!(stderr(&o).contains("error:") || stderr(&o).contains("Usage"));
+    }
+    // An incomplete tag is refused without changing the store.
+    let o = run(&["insert", p, "a", "b"]);
+    assert!(
+        matches!(o.status.code(), Some(1) | Some(2)),
+        "{:?}",
+        o.status
+    );
+    assert!(stderr(&o).contains("error:"));
+    assert!(export(&st).is_empty());
+}
+
+#[test]
+fn closed_stdout_never_panics() {
+    // `tagstore ... | head -0`: the reader is gone before anything is written.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "pipe.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    let created = dir.path().join("created.tags");
+    let awkward = fixture("awkward.tsv");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["find", p, "--subject", "sunset", "--relationship", "isa"],
+        vec!["export", p],
+        vec!["insert", p, "piped", "isa", "closed"],
+        vec!["delete", p, "piped", "isa", "closed"],
+        vec!["insert", p, "--file", s(&awkward)],
+        vec!["stats", p],
+        vec!["stats", p, "--json"],
+        vec!["check", p],
+        vec!["check", p, "--json"],
+        vec!["create", s(&created)],
+    ];
+    let mut panics = Vec::new();
+    for args in cases {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let o = Command::new(BIN)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(writer)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("run");
+        let e = String::from_utf8_lossy(&o.stderr);
+        if o.status.code() == Some(101) || e.contains("panicked") || o.status.code().is_none() {
+            panics.push(format!(
+                "tagstore {}: {:?}: {}",
+                args.join(" "),
+                o.status,
+                e.lines()
+                    .find(|l| l.contains("failed printing"))
+                    .or_else(|| e.lines().find(|l| l.contains("panicked at")))
+                    .or_else(|| e.lines().find(|l| !l.trim().is_empty()))
+                    .unwrap_or_default()
+            ));
+        } else {
+            assert!(
+                matches!(o.status.code(), Some(0) | Some(1)),
+                "{args:?}: {:?}",
+                o.status
+            );
+        }
+    }
+    // The store itself is intact whatever the commands printed.
+    ok(run(&["check", p]));
+    assert!(
+        panics.is_empty(),
+        "commands panicked when stdout was closed (exit 101):\n{}",
+        panics.join("\n")
+    );
+}
