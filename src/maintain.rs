@@ -61,8 +61,15 @@ impl Store {
     ) -> Result<MaintainReport> {
         let path = path.as_ref();
         let started = Instant::now();
+        // Sizes as the file stood before this run (opening drops the table image).
+        let meta_before = std::fs::metadata(path).ok();
         let old = Store::open(path)?;
-        let before = old.stats()?;
+        let mut before = old.stats()?;
+        if let Some(m) = &meta_before {
+            use std::os::unix::fs::MetadataExt;
+            before.file_bytes = m.len();
+            before.allocated_bytes = m.blocks() * 512;
+        }
         let geometry = options.geometry.unwrap_or(old.geometry);
         geometry.validate()?;
         let tmp = temp_path(path);
@@ -82,6 +89,11 @@ impl Store {
                     seed: Some(old.seed),
                 },
             )?;
+            if let Some(m) = &meta_before {
+                std::fs::set_permissions(&tmp, m.permissions()).map_err(|e| {
+                    Error::io(format!("copying permissions to {}", tmp.display()), e)
+                })?;
+            }
             let total = old.len();
             let mut done = 0u64;
             let mut chunk: Vec<Tag> = Vec::with_capacity(4096);

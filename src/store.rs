@@ -7,8 +7,10 @@ use crate::format::{
     Geometry, Intent, IntentOp, SlotAddr, Superblock, DEFAULT_EXPECTED_TAGS, FLAG_CLEAN,
     INTENT_BLOCK, INTENT_LEN, SUPERBLOCK_BLOCK,
 };
+use crate::journal::{journal_path, Journal};
 use crate::tables::{filter_add, filter_has, Tables, NONE};
 use crate::tag::{self, bucket_of, key_fp, key_hash, tag_fp, Half, SlotBytes, Tag};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -57,6 +59,45 @@ impl CreateOptions {
     }
 }
 
+/// When changes become durable (survive a power cut).
+///
+/// Every mode survives a crash of the process (`kill -9`): the next open
+/// completes or removes the interrupted tag. The modes differ on power loss.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Each INSERT/DELETE call is durable when it returns: its block images are
+    /// journaled and fsynced first (SQLite `synchronous=FULL`, redb `Immediate`).
+    Immediate,
+    /// Changes are journaled in memory and become durable together at the next
+    /// [`Store::sync`] (group commit: many writers, one flush). Changes not yet
+    /// synced are lost on a crash, wholly, tag by tag.
+    OnSync,
+    /// Left to the OS: changes go straight to the mapped file and are durable
+    /// after [`Store::sync`] or close (SQLite `synchronous=OFF`, redb `None`).
+    /// A power cut may lose or tear recent changes; checksums report torn blocks.
+    #[default]
+    None,
+}
+
+/// Journal size past which a commit also checkpoints (flushes the store file
+/// and empties the journal).
+const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// A durability point, reported to the test hook set by [`Store::set_sync_hook`].
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPoint {
+    /// A journal commit was fsynced (its images are not yet in the store file).
+    JournalSynced,
+    /// The commit's images were copied into the mapped store file.
+    Applied,
+    /// The store file was fsynced (a checkpoint).
+    StoreSynced,
+}
+
+/// Test hook called at each durability point.
+type SyncHook = Box<dyn FnMut(SyncPoint) + Send + Sync>;
+
 /// How an INSERT or DELETE batch went.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchOutcome {
@@ -88,6 +129,12 @@ pub(crate) struct Inner {
     fail_after: Option<u64>,
     /// Whether the last open found an unclean shutdown (and rebuilt the tables).
     pub recovered: bool,
+    durability: Durability,
+    /// Private copies of blocks changed since the last commit (journaled modes).
+    overlay: HashMap<u64, Box<[u8]>>,
+    journal: Option<Journal>,
+    store_path: PathBuf,
+    sync_hook: Option<SyncHook>,
 }
 
 /// Where one half of an INSERT will write.
@@ -115,6 +162,9 @@ fn verified_len(file_len: u64) -> usize {
 impl Inner {
     /// Block `n`, its checksum verified on first use since open.
     pub fn block(&self, n: u64) -> Result<BlockRef<'_>> {
+        if let Some(b) = self.overlay.get(&n) {
+            return Ok(BlockRef(b));
+        }
         let raw = self.file.block(n)?;
         let (w, bit) = ((n / 64) as usize, 1u64 << (n % 64));
         let cell = self
@@ -329,8 +379,84 @@ impl Inner {
         }
     }
 
+    /// Block `n` for writing: the private copy in journaled modes, else the map.
+    fn block_for_write(&mut self, n: u64) -> Result<&mut [u8]> {
+        if self.durability == Durability::None {
+            return self.file.block_mut(n);
+        }
+        if !self.overlay.contains_key(&n) {
+            let copy: Box<[u8]> = self.file.block(n)?.into();
+            self.overlay.insert(n, copy);
+        }
+        self.overlay
+            .get_mut(&n)
+            .map(|b| &mut b[..])
+            .ok_or_else(|| Error::corrupt(format!("block {n} vanished from the write set")))
+    }
+
+    fn hook(&mut self, p: SyncPoint) {
+        if let Some(h) = self.sync_hook.as_mut() {
+            h(p);
+        }
+    }
+
+    /// Makes every change so far durable: journals the changed blocks, then
+    /// applies them to the store file (journaled modes), or flushes the file.
+    fn commit(&mut self) -> Result<()> {
+        if self.durability == Durability::None {
+            self.file.flush()?;
+            self.hook(SyncPoint::StoreSynced);
+            return Ok(());
+        }
+        if self.overlay.is_empty() {
+            return Ok(());
+        }
+        if self.journal.is_none() {
+            self.journal = Some(Journal::open(&self.store_path, self.sb.seed)?);
+        }
+        let mut blocks: Vec<(u64, Box<[u8]>)> = self.overlay.drain().collect();
+        blocks.sort_unstable_by_key(|(n, _)| *n);
+        let appended = match self.journal.as_mut() {
+            Some(j) => j.append(blocks.iter().map(|(n, b)| (*n, &b[..]))),
+            None => Err(Error::corrupt("journal missing")),
+        };
+        if let Err(e) = appended {
+            // The in-memory tables already count these changes; only a reopen
+            // (which replays the durable journal) makes them agree again.
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.hook(SyncPoint::JournalSynced);
+        for (n, img) in &blocks {
+            self.file.block_mut(*n)?.copy_from_slice(img);
+            self.mark_verified(*n);
+        }
+        self.hook(SyncPoint::Applied);
+        if self
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.len() > CHECKPOINT_BYTES)
+        {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes the store file and empties the journal.
+    fn checkpoint(&mut self) -> Result<()> {
+        self.file.flush()?;
+        self.hook(SyncPoint::StoreSynced);
+        if let Some(j) = self.journal.as_mut() {
+            j.reset()?;
+        }
+        Ok(())
+    }
+
     fn write_intent(&mut self, intent: &Intent) -> Result<()> {
         self.tick()?;
+        if self.durability != Durability::None {
+            return Ok(());
+        }
         let img = intent.encode();
         let blk = self.file.block_mut(INTENT_BLOCK)?;
         blk[..INTENT_LEN].copy_from_slice(&img);
@@ -339,6 +465,9 @@ impl Inner {
 
     fn clear_intent(&mut self) -> Result<()> {
         self.tick()?;
+        if self.durability != Durability::None {
+            return Ok(());
+        }
         let blk = self.file.block_mut(INTENT_BLOCK)?;
         blk[..INTENT_LEN].fill(0);
         Ok(())
@@ -346,7 +475,7 @@ impl Inner {
 
     fn put(&mut self, p: &Plan, slot: &SlotBytes, kfp: u16, tfp: u8) -> Result<()> {
         self.tick()?;
-        let raw = self.file.block_mut(p.addr.block)?;
+        let raw = self.block_for_write(p.addr.block)?;
         let mut b = BlockMut(raw);
         if b.as_ref().is_unwritten() {
             b.set_identity(p.kind, p.owner, p.ordinal);
@@ -359,7 +488,7 @@ impl Inner {
 
     fn clear(&mut self, addr: SlotAddr) -> Result<()> {
         self.tick()?;
-        let raw = self.file.block_mut(addr.block)?;
+        let raw = self.block_for_write(addr.block)?;
         let mut b = BlockMut(raw);
         b.clear(addr.slot as usize);
         b.seal();
@@ -515,11 +644,23 @@ impl Inner {
         Ok(true)
     }
 
+    /// Ends a public INSERT/DELETE call: commits when the store or the call asks
+    /// for immediate durability.
+    fn after_call(&mut self, call: Option<Durability>) -> Result<()> {
+        if self.durability == Durability::Immediate || call == Some(Durability::Immediate) {
+            self.commit()?;
+        }
+        Ok(())
+    }
+
     /// Writes tables and a clean superblock; the file then opens without a scan.
     fn close(&mut self) -> Result<()> {
         if self.closed || !self.file.writable() || self.poisoned {
             self.closed = true;
             return Ok(());
+        }
+        if self.durability != Durability::None {
+            self.commit()?;
         }
         // Give back free secondary buckets at the end of the file: a free
         // bucket is never written (buckets are only unlinked by maintenance,
@@ -552,6 +693,11 @@ impl Inner {
         self.write_superblock(&sb)?;
         self.sb = sb;
         self.closed = true;
+        // Everything is in the store file now: the journal is no longer needed.
+        if let Some(mut j) = self.journal.take() {
+            j.reset()?;
+            j.remove()?;
+        }
         Ok(())
     }
 
@@ -609,6 +755,47 @@ fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<bo
     Ok(true)
 }
 
+/// Replays every complete commit of the journal into the store file, then
+/// flushes the file and empties the journal. Returns the commits replayed.
+fn replay_journal(file: &mut MappedFile, geo: &Geometry, path: &Path, seed: u64) -> Result<usize> {
+    let mut j = Journal::open(path, seed)?;
+    let commits = j.read_commits()?;
+    let base = geo.secondary_base();
+    for c in &commits {
+        for (n, img) in &c.blocks {
+            let n = *n;
+            if n < geo.primary_start(0) || !BlockRef(img).crc_ok() {
+                return Err(Error::corrupt(format!(
+                    "journal {}: commit holds a bad image for block {n}",
+                    journal_path(path).display()
+                )));
+            }
+            if (n + 1) * BLOCK_SIZE as u64 > file.len() {
+                if n < base {
+                    return Err(Error::corrupt(format!(
+                        "journal names primary block {n} beyond the end of the file"
+                    )));
+                }
+                let s = (n - base) / geo.blocks_per_secondary as u64;
+                let s = u32::try_from(s + 1)
+                    .ok()
+                    .filter(|&s| s < NONE)
+                    .ok_or_else(|| Error::corrupt(format!("journal names impossible block {n}")))?;
+                file.set_len(geo.file_len(s))?;
+            }
+            file.block_mut(n)?.copy_from_slice(img);
+        }
+    }
+    file.flush()?;
+    j.reset()?;
+    j.remove()?;
+    Ok(commits.len())
+}
+
+fn journal_pending(path: &Path) -> bool {
+    std::fs::metadata(journal_path(path)).is_ok_and(|m| m.len() > 0)
+}
+
 fn read_lock(l: &RwLock<Inner>) -> RwLockReadGuard<'_, Inner> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
@@ -655,6 +842,11 @@ impl Store {
             closed: false,
             fail_after: None,
             recovered: false,
+            durability: Durability::None,
+            overlay: HashMap::new(),
+            journal: None,
+            store_path: path.to_path_buf(),
+            sync_hook: None,
         };
         inner.write_superblock(&sb)?;
         Ok(Store {
@@ -676,6 +868,9 @@ impl Store {
     /// brief exclusive open.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref();
+        if journal_pending(path) {
+            Store::open(path)?.close()?;
+        }
         let s = Self::open_with(path, false)?;
         if s.was_clean() {
             return Ok(s);
@@ -701,7 +896,28 @@ impl Store {
                 file.len()
             )));
         }
-        let persisted = if sb.clean() {
+        // Secondary buckets are never removed while a store is open, so the
+        // count recorded at the last open (or clean close) is a lower bound.
+        // (A missing table image is no loss: the tables are rebuilt.)
+        let need = geo.file_len(sb.secondary_count);
+        if file.len() < need {
+            return Err(Error::corrupt(format!(
+                "file is truncated: {} bytes, but the superblock's {} secondary buckets need {need}",
+                file.len(),
+                sb.secondary_count,
+            )));
+        }
+        let mut replayed = false;
+        if journal_pending(path) {
+            if !writable {
+                return Err(Error::corrupt(
+                    "journal holds changes to replay; open the store for writing to recover",
+                ));
+            }
+            replay_journal(&mut file, &geo, path, sb.seed)?;
+            replayed = true;
+        }
+        let persisted = if sb.clean() && !replayed {
             Self::read_tables(&file, &sb)
         } else {
             None
@@ -740,6 +956,11 @@ impl Store {
             closed: false,
             fail_after: None,
             recovered,
+            durability: Durability::None,
+            overlay: HashMap::new(),
+            journal: None,
+            store_path: path.to_path_buf(),
+            sync_hook: None,
         };
         if writable {
             // Drop the table image (it goes stale with the first write) and
@@ -836,18 +1057,60 @@ impl Store {
 
     /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
     pub fn insert(&self, tag: &Tag) -> Result<bool> {
+        self.insert_with(tag, None)
+    }
+
+    /// Inserts a tag; with `Some(Durability::Immediate)` it is durable on
+    /// return whatever the store's mode.
+    pub fn insert_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
         let slot = tag::encode(tag)?;
-        self.write()?.insert_encoded(&slot)
+        let mut inner = self.write()?;
+        let changed = inner.insert_encoded(&slot)?;
+        inner.after_call(durability)?;
+        Ok(changed)
     }
 
     /// Deletes a tag from both halves; `Ok(false)` if it was absent.
     pub fn delete(&self, tag: &Tag) -> Result<bool> {
+        self.delete_with(tag, None)
+    }
+
+    /// Deletes a tag; with `Some(Durability::Immediate)` it is durable on
+    /// return whatever the store's mode.
+    pub fn delete_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
         let slot = match tag::encode(tag) {
             Ok(s) => s,
             Err(Error::TagTooLarge { .. }) => return Ok(false),
             Err(e) => return Err(e),
         };
-        self.write()?.delete_encoded(&slot)
+        let mut inner = self.write()?;
+        let changed = inner.delete_encoded(&slot)?;
+        inner.after_call(durability)?;
+        Ok(changed)
+    }
+
+    /// The store's durability mode (not persisted; [`Durability::None`] on open).
+    pub fn durability(&self) -> Durability {
+        self.read().durability
+    }
+
+    /// Changes the durability mode; pending changes are made durable first.
+    pub fn set_durability(&self, durability: Durability) -> Result<()> {
+        let mut inner = self.write()?;
+        if inner.durability == durability {
+            return Ok(());
+        }
+        inner.commit()?;
+        inner.checkpoint()?;
+        inner.durability = durability;
+        Ok(())
+    }
+
+    /// Sets a callback run at each durability point (crash-simulation tests).
+    #[doc(hidden)]
+    pub fn set_sync_hook(&self, hook: Option<SyncHook>) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        g.sync_hook = hook;
     }
 
     /// True if the tag is stored.
@@ -906,8 +1169,16 @@ impl Store {
                 match r {
                     Ok(true) => out.changed += 1,
                     Ok(false) => out.unchanged += 1,
-                    Err(e) => return (out, Err(e)),
+                    Err(e) => {
+                        // What was applied before the error stays, durably
+                        // in Immediate mode.
+                        let _ = inner.after_call(None);
+                        return (out, Err(e));
+                    }
                 }
+            }
+            if let Err(e) = inner.after_call(None) {
+                return (out, Err(e));
             }
         }
         (out, Ok(()))
@@ -923,13 +1194,21 @@ impl Store {
         Ok(())
     }
 
-    /// Flushes every change to stable storage (msync + fsync).
+    /// Makes every change so far durable. In [`Durability::OnSync`] this is
+    /// the group commit: one journal fsync covers every writer's changes, and
+    /// callers that find nothing pending return at once.
     pub fn sync(&self) -> Result<()> {
-        let g = self.read();
-        if g.file.writable() {
-            g.file.flush()?;
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        if !g.file.writable() {
+            return Ok(());
         }
-        Ok(())
+        if g.poisoned {
+            return Err(Error::io(
+                "store is unusable after a failed write",
+                std::io::Error::other("reopen the store to recover"),
+            ));
+        }
+        g.commit()
     }
 
     /// Shuts down cleanly: flushes, persists the tables, marks the file clean.

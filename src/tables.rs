@@ -93,6 +93,13 @@ fn rd32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(a)
 }
 
+fn checksum(b: u64) -> Error {
+    Error::corrupt(format!(
+        "block {b} (byte offset {}) fails its checksum",
+        b * crate::block::BLOCK_SIZE as u64
+    ))
+}
+
 impl Tables {
     /// Empty tables for a new store.
     pub fn new(geometry: &Geometry, secondary: u32) -> Self {
@@ -231,7 +238,7 @@ impl Tables {
         Ok(())
     }
 
-    /// Rebuilds the tables by reading every block header.
+    /// Rebuilds the tables by reading every block (checksums verified).
     pub(crate) fn rebuild(
         file: &MappedFile,
         geometry: &Geometry,
@@ -243,6 +250,9 @@ impl Tables {
             let mut used = 0;
             for b in start..start + geometry.blocks_per_primary as u64 {
                 let blk = BlockRef(file.block(b)?);
+                if !blk.crc_ok() {
+                    return Err(checksum(b));
+                }
                 if blk.is_unwritten() {
                     continue;
                 }
@@ -264,6 +274,9 @@ impl Tables {
             let mut filter = [0u64; 4];
             for b in start..start + geometry.blocks_per_secondary as u64 {
                 let blk = BlockRef(file.block(b)?);
+                if !blk.crc_ok() {
+                    return Err(checksum(b));
+                }
                 if blk.is_unwritten() {
                     continue;
                 }

@@ -9,6 +9,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tagstore::{tsv, CreateOptions, Error, Store, Tag};
 
+/// Prints a line to stdout; a closed stdout (e.g. `| head`) is not an error
+/// worth a panic, so write failures are ignored here.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(io::stdout().lock(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "tagstore",
@@ -152,7 +160,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(Fail(m)) => {
-            eprintln!("error: {m}");
+            let _ = writeln!(io::stderr(), "error: {m}");
             ExitCode::FAILURE
         }
     }
@@ -178,7 +186,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let s = Store::create(&store, &opts)?;
             let g = s.geometry();
             s.close()?;
-            println!(
+            say!(
                 "created {}: {} primary buckets per half of {} blocks, secondary buckets of {} blocks",
                 store.display(),
                 g.primary_buckets_per_half,
@@ -226,7 +234,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let st = s.stats()?;
             if json {
                 let j = serde_json::to_string_pretty(&st).map_err(|e| Fail(e.to_string()))?;
-                println!("{j}");
+                say!("{j}");
             } else {
                 print_stats(&st);
             }
@@ -270,7 +278,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let r = r?;
             if json {
                 let j = serde_json::to_string_pretty(&r).map_err(|e| Fail(e.to_string()))?;
-                println!("{j}");
+                say!("{j}");
             } else {
                 print_maintain(&r);
             }
@@ -281,12 +289,12 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let r = s.check()?;
             if json {
                 let j = serde_json::to_string_pretty(&r).map_err(|e| Fail(e.to_string()))?;
-                println!("{j}");
+                say!("{j}");
             } else {
                 for f in &r.faults {
-                    println!("fault: {f}");
+                    say!("fault: {f}");
                 }
-                println!(
+                say!(
                     "{}: {} blocks checked, {} tags, {} faults",
                     store.display(),
                     r.blocks_checked,
@@ -334,7 +342,7 @@ fn change(c: Change, insert: bool) -> Result<ExitCode, Fail> {
             store.delete(&t)?
         };
         store.close()?;
-        println!(
+        say!(
             "{}",
             match (insert, changed) {
                 (true, true) => "inserted",
@@ -350,7 +358,7 @@ fn change(c: Change, insert: bool) -> Result<ExitCode, Fail> {
     let closed = store.close();
     let summary = result?;
     closed?;
-    println!("{summary}");
+    say!("{summary}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -461,7 +469,7 @@ fn load(store: &Store, file: &Path, insert: bool) -> Result<String, Fail> {
 
 fn print_maintain(r: &tagstore::MaintainReport) {
     let (b, a) = (&r.before, &r.after);
-    println!("{:<26}{:>16}{:>16}", "", "before", "after");
+    say!("{:<26}{:>16}{:>16}", "", "before", "after");
     let rows: [(&str, u64, u64); 7] = [
         ("tags", b.tags, a.tags),
         ("primary buckets", b.primary_buckets, a.primary_buckets),
@@ -476,43 +484,51 @@ fn print_maintain(r: &tagstore::MaintainReport) {
         ("allocated bytes", b.allocated_bytes, a.allocated_bytes),
     ];
     for (name, x, y) in rows {
-        println!("{name:<26}{x:>16}{y:>16}");
+        say!("{name:<26}{x:>16}{y:>16}");
     }
-    println!("took {:.2} s", r.seconds);
+    say!("took {:.2} s", r.seconds);
 }
 
 fn print_stats(s: &tagstore::Stats) {
     let g = &s.geometry;
-    println!("tags                     {}", s.tags);
-    println!(
+    say!("tags                     {}", s.tags);
+    say!(
         "geometry                 {} primary buckets per half x {} blocks; secondary buckets of {} blocks",
         g.primary_buckets_per_half, g.blocks_per_primary, g.blocks_per_secondary
     );
-    println!(
+    say!(
         "primary buckets          {} ({} used, {} full, fill {:.1}%)",
         s.primary_buckets,
         s.primary_buckets_used,
         s.primary_buckets_full,
         s.primary_fill * 100.0
     );
-    println!(
+    say!(
         "tags per primary bucket  mean {:.2}, stddev {:.2} (uniform hash ideal {:.2}), max {}",
-        s.load_mean, s.load_stddev, s.load_stddev_ideal, s.load_max
+        s.load_mean,
+        s.load_stddev,
+        s.load_stddev_ideal,
+        s.load_max
     );
-    println!(
+    say!(
         "secondary buckets        {} ({} linked, {} free)",
-        s.secondary_buckets, s.secondary_linked, s.secondary_free
+        s.secondary_buckets,
+        s.secondary_linked,
+        s.secondary_free
     );
-    println!(
+    say!(
         "chains                   {} primary buckets with overflow, longest {} secondary buckets",
-        s.chains, s.longest_chain
+        s.chains,
+        s.longest_chain
     );
-    println!("holes                    {}", s.holes);
-    println!(
+    say!("holes                    {}", s.holes);
+    say!(
         "file                     {} bytes ({} allocated, {:.0} bytes per tag)",
-        s.file_bytes, s.allocated_bytes, s.allocated_bytes_per_tag
+        s.file_bytes,
+        s.allocated_bytes,
+        s.allocated_bytes_per_tag
     );
     for a in &s.advice {
-        println!("advice                   {a}");
+        say!("advice                   {a}");
     }
 }
