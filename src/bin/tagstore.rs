@@ -7,7 +7,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use tagstore::{tsv, CreateOptions, Error, Store, Tag};
+use tagstore::{tsv, CreateOptions, Durability, Error, Store, Tag};
 
 /// Prints a line to stdout; a closed stdout (e.g. `| head`) is not an error
 /// worth a panic, so write failures are ignored here.
@@ -131,6 +131,29 @@ struct Change {
     /// TSV file of object<TAB>relationship<TAB>subject lines; '-' reads stdin.
     #[arg(long)]
     file: Option<PathBuf>,
+    /// When changes become durable: `immediate` (each tag), `on-sync` (every
+    /// 4096 lines of --file), or `none` (at the end; survives kill -9 but not
+    /// power loss before the end).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
+    durability: DurabilityArg,
+}
+
+/// `--durability` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum DurabilityArg {
+    Immediate,
+    OnSync,
+    None,
+}
+
+impl From<DurabilityArg> for Durability {
+    fn from(d: DurabilityArg) -> Self {
+        match d {
+            DurabilityArg::Immediate => Durability::Immediate,
+            DurabilityArg::OnSync => Durability::OnSync,
+            DurabilityArg::None => Durability::None,
+        }
+    }
 }
 
 /// A CLI failure: the message printed after "error: ".
@@ -329,6 +352,7 @@ fn finish(mut out: impl Write) -> Result<ExitCode, Fail> {
 
 fn change(c: Change, insert: bool) -> Result<ExitCode, Fail> {
     let store = Store::open(&c.store)?;
+    store.set_durability(c.durability.into())?;
     let Some(file) = c.file else {
         let (Some(o), Some(r), Some(s)) = (c.object, c.relationship, c.subject) else {
             return Err(Fail(
@@ -412,6 +436,9 @@ fn load(store: &Store, file: &Path, insert: bool) -> Result<String, Fail> {
                 *unchanged,
                 if insert { "present" } else { "absent" }
             )));
+        }
+        if store.durability() == Durability::OnSync {
+            store.sync()?;
         }
         chunk.clear();
         lines.clear();
