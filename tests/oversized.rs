@@ -1,0 +1,223 @@
+//! Oversized tags: a tag whose encoding (4 header bytes plus the bytes of
+//! its three strings) exceeds the 160-byte slot is refused with
+//! `TagTooLarge { needed, limit: 160 }`, `needed` being the exact encoded
+//! size counted in UTF-8 bytes (not characters), and nothing changes: not
+//! the tag count, the file, the other tags, nor the store's usability. A tag
+//! of exactly 160 encoded bytes is stored and found intact, also after
+//! reopening. DELETE, `contains` and FIND with oversized input find nothing.
+
+use proptest::prelude::*;
+use std::collections::BTreeSet;
+use tagstore::{CreateOptions, Error, Store, Tag, MAX_TAG_BYTES, SLOT_SIZE};
+
+fn opts() -> CreateOptions {
+    CreateOptions {
+        expected_tags: 100,
+        primary_buckets_per_half: Some(2),
+        blocks_per_primary: Some(1),
+        blocks_per_secondary: Some(1),
+        seed: Some(160),
+    }
+}
+
+fn text_bytes(t: &Tag) -> usize {
+    t.object.len() + t.relationship.len() + t.subject.len()
+}
+
+fn assert_too_large(store: &Store, t: &Tag) {
+    let needed = 4 + text_bytes(t);
+    match store.insert(t) {
+        Err(Error::TagTooLarge { needed: n, limit }) => {
+            assert_eq!(n, needed, "needed for {} text bytes", text_bytes(t));
+            assert_eq!(limit, 160);
+            let msg = Error::TagTooLarge { needed: n, limit }.to_string();
+            assert!(
+                msg.contains(&needed.to_string()) && msg.contains("160"),
+                "message should name both sizes: {msg}"
+            );
+        }
+        other => {
+            panic!("insert of a {needed}-byte tag should fail with TagTooLarge, got {other:?}")
+        }
+    }
+    assert!(!store.contains(t).expect("contains"));
+    assert!(!store.delete(t).expect("delete of an oversized tag"));
+}
+
+fn assert_state(store: &Store, want: &BTreeSet<Tag>, when: &str) {
+    assert_eq!(store.len(), want.len() as u64, "len() {when}");
+    let got: BTreeSet<Tag> = store.tags().collect::<Result<_, _>>().expect("tags");
+    assert_eq!(&got, want, "tags() {when}");
+    for t in want {
+        let subjects: Vec<String> = store
+            .find_subjects(&t.object, &t.relationship)
+            .collect::<Result<_, _>>()
+            .expect("find_subjects");
+        assert!(subjects.contains(&t.subject), "{when}: {t:?} by object");
+        let objects: Vec<String> = store
+            .find_objects(&t.subject, &t.relationship)
+            .collect::<Result<_, _>>()
+            .expect("find_objects");
+        assert!(objects.contains(&t.object), "{when}: {t:?} by subject");
+        assert!(store.contains(t).expect("contains"), "{when}: {t:?}");
+    }
+    let r = store.check().expect("check");
+    assert!(r.ok(), "check() {when}: {:?}", r.faults);
+}
+
+#[test]
+fn limits_are_what_the_format_says() {
+    assert_eq!(SLOT_SIZE, 160);
+    assert_eq!(MAX_TAG_BYTES, 156);
+    assert_eq!(Tag::new("ab", "é", "日").encoded_len(), 4 + 2 + 2 + 3);
+}
+
+#[test]
+fn oversized_tags_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.tags");
+    let store = Store::create(&path, &opts()).expect("create");
+    let mut want = BTreeSet::new();
+    for i in 0..40 {
+        let t = Tag::new(format!("o{i}"), "isa", format!("s{}", i % 3));
+        store.insert(&t).expect("insert");
+        want.insert(t);
+    }
+    let before = store.stats().expect("stats");
+
+    let oversized = [
+        // 157 text bytes: one over.
+        Tag::new("o".repeat(150), "r", "s".repeat(6)),
+        Tag::new("o".repeat(157), "", ""),
+        Tag::new("", "r".repeat(157), ""),
+        Tag::new("", "", "s".repeat(157)),
+        Tag::new("o".repeat(100), "isa", "s".repeat(100)),
+        // 75 characters but 159 bytes: é is 2 bytes, 日 is 3.
+        Tag::new("é".repeat(60), "isa", "日".repeat(12)),
+        // 39 four-byte characters plus "isa" = 159 bytes.
+        Tag::new("🦀".repeat(20), "isa", "🌅".repeat(19)),
+        // The 156-byte tag below with its last "s" made a 2-byte "é": 157.
+        Tag::new("o".repeat(150), "r", "ssssé"),
+        Tag::new("x".repeat(1000), "isa", "sunset"),
+    ];
+    for t in &oversized {
+        assert!(text_bytes(t) > MAX_TAG_BYTES, "{t:?}");
+        assert_too_large(&store, t);
+    }
+    // FIND with a key longer than any storable key: nothing, no error.
+    assert_eq!(store.find_subjects(&"o".repeat(157), "").count(), 0);
+    assert_eq!(store.find_objects(&"s".repeat(300), "isa").count(), 0);
+
+    // Batches stop at the oversized tag; tags before it stay inserted.
+    let ok1 = Tag::new("batch-ok-1", "isa", "s0");
+    let ok2 = Tag::new("batch-ok-2", "isa", "s0");
+    let batch = [ok1.clone(), oversized[0].clone(), ok2.clone()];
+    let (out, r) = store.insert_batch(&batch);
+    assert!(
+        matches!(
+            r,
+            Err(Error::TagTooLarge {
+                needed: 161,
+                limit: 160
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!((out.changed, out.unchanged), (1, 0));
+    want.insert(ok1.clone());
+    assert!(!store.contains(&ok2).expect("contains"));
+    // A DELETE batch counts an oversized tag as absent and goes on.
+    let (out, r) = store.delete_batch(&[oversized[1].clone(), ok1.clone()]);
+    r.expect("delete_batch with an oversized tag");
+    assert_eq!((out.changed, out.unchanged), (1, 1));
+    want.remove(&ok1);
+
+    let after = store.stats().expect("stats");
+    assert_eq!(after.file_bytes, before.file_bytes, "file grew");
+    assert_eq!(after.secondary_linked, before.secondary_linked);
+    assert_state(&store, &want, "after refused inserts");
+
+    // The store is not poisoned by the refusals.
+    let t = Tag::new("still", "works", "fine");
+    assert!(store.insert(&t).expect("insert after TagTooLarge"));
+    want.insert(t);
+    store.abandon();
+    let store = Store::open(&path).expect("reopen");
+    assert_state(&store, &want, "after unclean reopen");
+}
+
+#[test]
+fn exactly_160_byte_tags_are_stored_intact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("exact.tags");
+    let store = Store::create(&path, &opts()).expect("create");
+    let exact = [
+        Tag::new("o".repeat(150), "r", "sssss"),
+        Tag::new("o".repeat(156), "", ""),
+        Tag::new("", "r".repeat(156), ""),
+        Tag::new("", "", "s".repeat(156)),
+        // 150 + 1 + 4 + 1 bytes with 3- and 2-byte characters.
+        Tag::new("日".repeat(50), "r", "éé\n"),
+        // 4-byte characters, a tab and a newline: 36 + 3 + 117 = 156.
+        Tag::new("🦀".repeat(9), "i\ta", format!("\n{}", "🌅".repeat(29))),
+    ];
+    let mut want = BTreeSet::new();
+    for t in &exact {
+        assert_eq!(t.encoded_len(), 160, "{t:?}");
+        assert_eq!(text_bytes(t), MAX_TAG_BYTES);
+        assert!(store.insert(t).expect("a 160-byte tag fits"));
+        assert!(!store.insert(t).expect("second insert"));
+        want.insert(t.clone());
+    }
+    assert_state(&store, &want, "after inserting 160-byte tags");
+    store.close().expect("close");
+    let store = Store::open(&path).expect("open");
+    assert_state(&store, &want, "after a clean reopen");
+    for t in &exact {
+        assert!(store.delete(t).expect("delete"));
+    }
+    assert_state(&store, &BTreeSet::new(), "after deleting them");
+}
+
+fn piece() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z]{0,80}",
+        "[é日🦀\t\n]{0,40}",
+        "\\PC{0,60}",
+        Just(String::new()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    /// Insert succeeds exactly when 4 + bytes <= 160, and otherwise reports
+    /// the exact size and leaves the store as it was.
+    #[test]
+    fn size_limit_is_counted_in_bytes(o in piece(), r in piece(), s in piece()) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("p.tags");
+        let store = Store::create(&path, &opts()).expect("create");
+        let t = Tag::new(o, r, s);
+        let needed = 4 + text_bytes(&t);
+        match store.insert(&t) {
+            Ok(fresh) => {
+                prop_assert!(needed <= 160, "{needed}-byte tag accepted");
+                prop_assert!(fresh);
+                prop_assert_eq!(store.len(), 1);
+                let got: Vec<Tag> = store.tags().collect::<Result<_, _>>().expect("tags");
+                prop_assert_eq!(got, vec![t.clone()]);
+            }
+            Err(Error::TagTooLarge { needed: n, limit }) => {
+                prop_assert!(needed > 160, "{needed}-byte tag refused");
+                prop_assert_eq!(n, needed);
+                prop_assert_eq!(limit, 160);
+                prop_assert_eq!(store.len(), 0);
+                prop_assert_eq!(store.tags().count(), 0);
+            }
+            Err(e) => prop_assert!(false, "unexpected error {e:?}"),
+        }
+        let report = store.check().expect("check");
+        prop_assert!(report.ok(), "{:?}", report.faults);
+    }
+}
