@@ -36,8 +36,18 @@ impl CheckReport {
 }
 
 impl Store {
-    /// Verifies checksums, headers, slots, chains, tables and that both halves hold the same tags.
+    /// Verifies checksums, headers, slots, chains, tables, that both halves
+    /// hold the same tags, and that the persisted counts match the tags.
     pub fn check(&self) -> Result<CheckReport> {
+        let mut r = self.check_blocks()?;
+        match self.check_counts() {
+            Ok(faults) => faults.into_iter().for_each(|f| r.fault(f)),
+            Err(e) => r.fault(format!("counts: not compared with the tags: {e}")),
+        }
+        Ok(r)
+    }
+
+    fn check_blocks(&self) -> Result<CheckReport> {
         let inner = self.read();
         let geo = self.geometry;
         let seed = self.seed;

@@ -27,6 +27,7 @@
 
 pub mod block;
 pub mod check;
+pub mod counts;
 pub mod error;
 mod file;
 pub mod find;
@@ -40,6 +41,7 @@ pub mod tag;
 pub mod tsv;
 
 pub use check::CheckReport;
+pub use counts::{CloudEntry, Increment, IncrementId, MergeOutcome};
 pub use error::{Error, Result};
 pub use find::{Find, Tags};
 pub use format::Geometry;

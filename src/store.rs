@@ -13,7 +13,7 @@ use crate::tag::{self, bucket_of, key_fp, key_hash, tag_fp, Half, SlotBytes, Tag
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Options for [`Store::create`].
 #[derive(Clone, Debug)]
@@ -110,6 +110,10 @@ pub struct BatchOutcome {
 /// An open tag store. `Send + Sync`: share it with `Arc` across threads.
 pub struct Store {
     pub(crate) inner: RwLock<Inner>,
+    /// Merged counts and the cloud, loaded on first use (see `counts.rs`).
+    pub(crate) counts: Mutex<Option<crate::counts::Loaded>>,
+    /// This handle's writer id for increments (random per open).
+    pub(crate) writer_id: u64,
     pub(crate) geometry: Geometry,
     pub(crate) seed: u64,
     path: PathBuf,
@@ -125,7 +129,7 @@ pub(crate) struct Inner {
     /// earlier ones are full (NONE: start at the head). Speeds INSERT on peaks.
     open_hint: Vec<u32>,
     poisoned: bool,
-    closed: bool,
+    pub(crate) closed: bool,
     fail_after: Option<u64>,
     /// Whether the last open found an unclean shutdown (and rebuilt the tables).
     pub recovered: bool,
@@ -135,6 +139,14 @@ pub(crate) struct Inner {
     journal: Option<Journal>,
     store_path: PathBuf,
     sync_hook: Option<SyncHook>,
+    /// Count deltas of this handle's changes, not yet merged.
+    pub pending: crate::counts::Pending,
+    /// Whether INSERT/DELETE feed `pending`.
+    pub counting: bool,
+    /// A change was made with counting off: persisted counts are stale.
+    pub counts_stale: bool,
+    /// Next increment sequence number.
+    pub next_seq: u64,
 }
 
 /// Where one half of an INSERT will write.
@@ -644,6 +656,15 @@ impl Inner {
         Ok(true)
     }
 
+    /// Feeds the pending increment (or marks persisted counts stale).
+    fn count_change(&mut self, t: &Tag, d: i64) {
+        if self.counting {
+            self.pending.add(&t.relationship, &t.subject, d);
+        } else {
+            self.counts_stale = true;
+        }
+    }
+
     /// Ends a public INSERT/DELETE call: commits when the store or the call asks
     /// for immediate durability.
     fn after_call(&mut self, call: Option<Durability>) -> Result<()> {
@@ -681,6 +702,15 @@ impl Inner {
         let sec = self.tables.secondary.len() as u32;
         let img = self.tables.encode();
         let off = geo.file_len(sec);
+        // Say where the blocks end before appending the image, so a crash
+        // while it is written never lets the image pass for secondary buckets.
+        let mut closing = self.sb.clone();
+        closing.flags &= !FLAG_CLEAN;
+        closing.secondary_count = sec;
+        closing.table_offset = off;
+        closing.table_len = 0;
+        closing.table_crc = 0;
+        self.write_superblock(&closing)?;
         self.file.write_at(off, &img)?;
         self.file.flush()?;
         let mut sb = self.sb.clone();
@@ -796,6 +826,13 @@ fn journal_pending(path: &Path) -> bool {
     std::fs::metadata(journal_path(path)).is_ok_and(|m| m.len() > 0)
 }
 
+fn random_u64() -> Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b)
+        .map_err(|e| Error::io("drawing random bytes", std::io::Error::other(e.to_string())))?;
+    Ok(u64::from_le_bytes(b))
+}
+
 fn read_lock(l: &RwLock<Inner>) -> RwLockReadGuard<'_, Inner> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
@@ -808,16 +845,7 @@ impl Store {
         geometry.validate()?;
         let seed = match options.seed {
             Some(s) => s,
-            None => {
-                let mut b = [0u8; 8];
-                getrandom::fill(&mut b).map_err(|e| {
-                    Error::io(
-                        "drawing a random hash seed",
-                        std::io::Error::other(e.to_string()),
-                    )
-                })?;
-                u64::from_le_bytes(b)
-            }
+            None => random_u64()?,
         };
         let len = geometry.file_len(0);
         let file = MappedFile::create(path, len)?;
@@ -847,10 +875,16 @@ impl Store {
             journal: None,
             store_path: path.to_path_buf(),
             sync_hook: None,
+            pending: Default::default(),
+            counting: true,
+            counts_stale: false,
+            next_seq: 0,
         };
         inner.write_superblock(&sb)?;
         Ok(Store {
             inner: RwLock::new(inner),
+            counts: Mutex::new(None),
+            writer_id: random_u64()?,
             geometry,
             seed,
             path: path.to_path_buf(),
@@ -928,10 +962,21 @@ impl Store {
             None => {
                 let sec_bytes = geo.blocks_per_secondary as u64 * BLOCK_SIZE as u64;
                 let by_len = ((file.len() - base) / sec_bytes).min(NONE as u64 - 1) as u32;
-                let sec = if sb.clean() {
+                // An unclean superblock with a table offset was written by an
+                // interrupted close: the blocks end exactly there.
+                let closing =
+                    sb.table_offset != 0 && sb.table_offset == geo.file_len(sb.secondary_count);
+                let sec = if sb.clean() || closing {
                     sb.secondary_count.min(by_len)
                 } else {
-                    by_len
+                    // Older or torn closes: a table image is never a bucket
+                    // (its magic is no block kind), so stop counting there.
+                    (sb.secondary_count.min(by_len)..by_len)
+                        .find(|&s| {
+                            file.block(geo.secondary_start(s))
+                                .is_ok_and(|b| b.starts_with(crate::tables::TABLE_MAGIC))
+                        })
+                        .unwrap_or(by_len)
                 };
                 if writable {
                     recover_intent(&mut file, &geo, sb.seed)?;
@@ -961,6 +1006,11 @@ impl Store {
             journal: None,
             store_path: path.to_path_buf(),
             sync_hook: None,
+            pending: Default::default(),
+            counting: true,
+            // After a crash, changes not yet merged into the counts are gone.
+            counts_stale: recovered,
+            next_seq: 0,
         };
         if writable {
             // Drop the table image (it goes stale with the first write) and
@@ -971,12 +1021,17 @@ impl Store {
                 .resize_with(verified_len(inner.file.len()), || AtomicU64::new(0));
             sb.flags &= !FLAG_CLEAN;
             sb.secondary_count = sec;
+            sb.table_offset = 0;
+            sb.table_len = 0;
+            sb.table_crc = 0;
             inner.write_superblock(&sb)?;
             inner.sb = sb;
         }
         let seed = inner.sb.seed;
         Ok(Store {
             inner: RwLock::new(inner),
+            counts: Mutex::new(None),
+            writer_id: random_u64()?,
             geometry: geo,
             seed,
             path: path.to_path_buf(),
@@ -1066,7 +1121,15 @@ impl Store {
         let slot = tag::encode(tag)?;
         let mut inner = self.write()?;
         let changed = inner.insert_encoded(&slot)?;
+        if changed {
+            inner.count_change(tag, 1);
+        }
         inner.after_call(durability)?;
+        let merge = inner.pending.len() >= crate::counts::AUTO_MERGE_KEYS;
+        drop(inner);
+        if merge {
+            self.merge_own_counts()?;
+        }
         Ok(changed)
     }
 
@@ -1085,7 +1148,15 @@ impl Store {
         };
         let mut inner = self.write()?;
         let changed = inner.delete_encoded(&slot)?;
+        if changed {
+            inner.count_change(tag, -1);
+        }
         inner.after_call(durability)?;
+        let merge = inner.pending.len() >= crate::counts::AUTO_MERGE_KEYS;
+        drop(inner);
+        if merge {
+            self.merge_own_counts()?;
+        }
         Ok(changed)
     }
 
@@ -1167,7 +1238,10 @@ impl Store {
                     Err(e) => Err(e),
                 };
                 match r {
-                    Ok(true) => out.changed += 1,
+                    Ok(true) => {
+                        out.changed += 1;
+                        inner.count_change(t, if insert { 1 } else { -1 });
+                    }
                     Ok(false) => out.unchanged += 1,
                     Err(e) => {
                         // What was applied before the error stays, durably
@@ -1179,6 +1253,13 @@ impl Store {
             }
             if let Err(e) = inner.after_call(None) {
                 return (out, Err(e));
+            }
+            let merge = inner.pending.len() >= crate::counts::AUTO_MERGE_KEYS;
+            drop(inner);
+            if merge {
+                if let Err(e) = self.merge_own_counts() {
+                    return (out, Err(e));
+                }
             }
         }
         (out, Ok(()))
@@ -1211,8 +1292,10 @@ impl Store {
         g.commit()
     }
 
-    /// Shuts down cleanly: flushes, persists the tables, marks the file clean.
+    /// Shuts down cleanly: merges pending counts, flushes, persists the
+    /// tables, marks the file clean.
     pub fn close(self) -> Result<()> {
+        self.finish_counts()?;
         let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
         g.close()
     }
@@ -1234,6 +1317,10 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        let closed = self.read().closed;
+        if !closed {
+            let _ = self.finish_counts();
+        }
         let g = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
         // Best effort: errors here cannot be reported; the next open rebuilds.
         let _ = g.close();

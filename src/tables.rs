@@ -83,7 +83,8 @@ pub struct Tables {
     pub free: BTreeSet<u32>,
 }
 
-const TABLE_MAGIC: &[u8; 8] = b"TSTABLE1";
+/// Magic at the start of a persisted table image.
+pub const TABLE_MAGIC: &[u8; 8] = b"TSTABLE1";
 const PRIMARY_ENTRY: usize = 16;
 const SECONDARY_ENTRY: usize = 48;
 

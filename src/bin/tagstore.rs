@@ -76,6 +76,31 @@ enum Cmd {
         /// Store file.
         store: PathBuf,
     },
+    /// How many objects carry SUBJECT under RELATIONSHIP (from the merged counts).
+    Count {
+        /// Store file.
+        store: PathBuf,
+        /// Subject.
+        #[arg(long)]
+        subject: String,
+        /// Relationship.
+        #[arg(long)]
+        relationship: String,
+    },
+    /// The most used subjects of a relationship, with weights for font sizes.
+    Cloud {
+        /// Store file.
+        store: PathBuf,
+        /// Relationship.
+        #[arg(long)]
+        relationship: String,
+        /// How many subjects.
+        #[arg(long, default_value_t = 50)]
+        top: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print layout statistics.
     Stats {
         /// Store file.
@@ -251,6 +276,33 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 }
             }
             finish(out)
+        }
+        Cmd::Count {
+            store,
+            subject,
+            relationship,
+        } => {
+            let s = Store::open_read_only(&store)?;
+            say!("{}", s.count(&subject, &relationship)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Cloud {
+            store,
+            relationship,
+            top,
+            json,
+        } => {
+            let s = Store::open_read_only(&store)?;
+            let cloud = s.cloud(&relationship, top)?;
+            if json {
+                let j = serde_json::to_string_pretty(&cloud).map_err(|e| Fail(e.to_string()))?;
+                say!("{j}");
+            } else {
+                for e in &cloud {
+                    say!("{}\t{}\t{:.2}", tsv::escape(&e.subject), e.count, e.weight);
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Stats { store, json } => {
             let s = Store::open_read_only(&store)?;
