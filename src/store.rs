@@ -881,6 +881,12 @@ impl Store {
             next_seq: 0,
         };
         inner.write_superblock(&sb)?;
+        // Counts start empty and exact, so the first close merges instead of scanning.
+        crate::counts::CountsFile::create(
+            path,
+            seed,
+            &crate::counts::Counts::from_counts(Default::default()),
+        )?;
         Ok(Store {
             inner: RwLock::new(inner),
             counts: Mutex::new(None),

@@ -434,7 +434,12 @@ fn change(c: Change, insert: bool) -> Result<ExitCode, Fail> {
     let closed = store.close();
     let summary = result?;
     closed?;
-    say!("{summary}");
+    let secs = summary.started.elapsed().as_secs_f64();
+    say!(
+        "{} in {secs:.2} s ({:.0} lines/s, including the final flush)",
+        summary.text,
+        summary.lines as f64 / secs.max(1e-9)
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -448,7 +453,7 @@ fn open_input(file: &Path) -> Result<(Box<dyn Read>, Option<u64>), Fail> {
 }
 
 /// Applies a TSV file; returns the summary line or an error naming the line.
-fn load(store: &Store, file: &Path, insert: bool) -> Result<String, Fail> {
+fn load(store: &Store, file: &Path, insert: bool) -> Result<Summary, Fail> {
     const CHUNK: usize = 4096;
     let (input, total) = open_input(file)?;
     let mut reader = BufReader::with_capacity(1 << 20, input);
@@ -538,12 +543,21 @@ fn load(store: &Store, file: &Path, insert: bool) -> Result<String, Fail> {
     }
     apply(&mut chunk, &mut chunk_lines, &mut changed, &mut unchanged)?;
     bar.finish_and_clear();
-    let secs = started.elapsed().as_secs_f64();
-    Ok(format!(
-        "{verb} {changed} tags ({unchanged} already {}) from {line_no} lines in {secs:.2} s ({:.0} lines/s)",
-        if insert { "present" } else { "absent" },
-        line_no as f64 / secs.max(1e-9)
-    ))
+    Ok(Summary {
+        text: format!(
+            "{verb} {changed} tags ({unchanged} already {}) from {line_no} lines",
+            if insert { "present" } else { "absent" },
+        ),
+        lines: line_no,
+        started,
+    })
+}
+
+/// What a `--file` load did, printed once the store is closed (durable).
+struct Summary {
+    text: String,
+    lines: u64,
+    started: Instant,
 }
 
 fn print_maintain(r: &tagstore::MaintainReport) {
