@@ -116,7 +116,16 @@ impl Store {
                     new.len()
                 )));
             }
-            new.close()
+            new.close()?;
+            // The counts of the old store stay valid (same tags, same seed):
+            // the rewrite's own empty counts file is not needed.
+            match std::fs::remove_file(crate::counts::counts_path(&tmp)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+                    format!("removing {}", crate::counts::counts_path(&tmp).display()),
+                    e,
+                )),
+                _ => Ok(()),
+            }
         };
         if let Err(e) = copy() {
             let _ = std::fs::remove_file(&tmp);
