@@ -69,6 +69,9 @@ pub struct Args {
     /// Sweep: target mean primary fill at the loaded tag count.
     #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,0.75")]
     sweep_fill: Vec<f64>,
+    /// Sweep: blocks per secondary bucket.
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    sweep_bps: Vec<u32>,
 }
 
 /// One table row: an operation, its unit, and a value per engine.
@@ -128,7 +131,7 @@ pub fn time_finds(
 
 /// Runs FINDs, appending each one's nanoseconds to `ns`; returns the summed
 /// time of the FINDs alone and the tags they returned.
-fn time_finds_raw(
+pub fn time_finds_raw(
     e: &mut dyn Engine,
     qs: &[(&str, &str)],
     by_object: bool,
@@ -485,7 +488,28 @@ fn compare(args: &Args) -> Result<()> {
             .map(|(p, q)| p.p50_us / q.p50_us)
             .collect(),
     );
-    detail.push(serde_json::json!({"phase": "peak_isolation", "peak": peak, "quiet": quiet}));
+    // For scale: FIND of the peak key itself.
+    let big_q = vec![(plants.peak_subject.as_str(), plants.peak_rel); 50];
+    let mut big = accs(ne);
+    rounds(&mut engines, big_q.len(), 10, |i, e, r| {
+        big[i].finds(e, &big_q[r], false, &mut out)
+    })?;
+    let big: Vec<Lat> = big.into_iter().map(Acc::lat).collect();
+    row(
+        &format!(
+            "FIND of the peak key itself ({} tags), p50",
+            plants.peak_tags
+        ),
+        "µs",
+        Some(false),
+        big.iter().map(|l| l.p50_us).collect(),
+    );
+    detail.push(serde_json::json!({
+        "phase": "peak_isolation",
+        "peak": peak,
+        "quiet": quiet,
+        "peak_key": big,
+    }));
 
     // Flickr++ mix (mutates the stores, so it runs last).
     eprintln!("Flickr++ mix of {} operations", mix.len());
@@ -495,29 +519,31 @@ fn compare(args: &Args) -> Result<()> {
         for op in &mix[r] {
             out.clear();
             let t = Instant::now();
-            let write = match op {
+            let kind = match op {
                 Op::FindSubject(s) => {
                     e.find_objects(&ds.subjects[*s], "isa", &mut out)?;
-                    false
+                    0
                 }
                 Op::FindObject(o) => {
                     e.find_subjects(&ds.objects[*o], "owns", &mut out)?;
-                    false
+                    0
                 }
                 Op::Delete(k) => {
                     a.changed += e.delete(&tags[*k])? as u64;
-                    true
+                    1
                 }
                 Op::Insert(t) => {
                     a.changed += e.insert(t)? as u64;
-                    true
+                    2
                 }
             };
             let d = t.elapsed();
             a.total += d;
             a.ns.push(d.as_nanos() as u64);
-            if write {
-                a.writes_ns.push(d.as_nanos() as u64);
+            match kind {
+                1 => a.deletes_ns.push(d.as_nanos() as u64),
+                2 => a.inserts_ns.push(d.as_nanos() as u64),
+                _ => {}
             }
             a.results += out.len() as u64;
         }
@@ -528,9 +554,13 @@ fn compare(args: &Args) -> Result<()> {
         &names,
         &acc.iter().map(|a| a.changed).collect::<Vec<_>>(),
     );
-    let write_lat: Vec<Lat> = acc
+    let insert_lat: Vec<Lat> = acc
         .iter_mut()
-        .map(|a| Lat::new(std::mem::take(&mut a.writes_ns), a.total, 0))
+        .map(|a| Lat::new(std::mem::take(&mut a.inserts_ns), a.total, 0))
+        .collect();
+    let delete_lat: Vec<Lat> = acc
+        .iter_mut()
+        .map(|a| Lat::new(std::mem::take(&mut a.deletes_ns), a.total, 0))
         .collect();
     let mix_lat: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
     check_same(
@@ -556,13 +586,24 @@ fn compare(args: &Args) -> Result<()> {
         Some(false),
         mix_lat.iter().map(|l| l.p99_us).collect(),
     );
-    row(
-        "Flickr++ mix, INSERT/DELETE p50",
-        "µs",
-        Some(false),
-        write_lat.iter().map(|l| l.p50_us).collect(),
-    );
-    detail.push(serde_json::json!({"phase": "flickr_mix", "lat": mix_lat, "writes": write_lat}));
+    for (what, lats) in [("INSERT", &insert_lat), ("DELETE", &delete_lat)] {
+        for (p, pick) in [("p50", 0), ("p99", 1)] {
+            row(
+                &format!("Flickr++ mix, {what} {p}"),
+                "µs",
+                Some(false),
+                lats.iter()
+                    .map(|l| if pick == 0 { l.p50_us } else { l.p99_us })
+                    .collect(),
+            );
+        }
+    }
+    detail.push(serde_json::json!({
+        "phase": "flickr_mix",
+        "lat": mix_lat,
+        "inserts": insert_lat,
+        "deletes": delete_lat,
+    }));
 
     for e in engines {
         e.close()?;
@@ -600,7 +641,8 @@ fn compare(args: &Args) -> Result<()> {
 #[derive(Default)]
 struct Acc {
     ns: Vec<u64>,
-    writes_ns: Vec<u64>,
+    inserts_ns: Vec<u64>,
+    deletes_ns: Vec<u64>,
     total: Duration,
     results: u64,
     changed: u64,
@@ -636,12 +678,21 @@ fn rounds(
     chunk: usize,
     mut f: impl FnMut(usize, &mut dyn Engine, Range<usize>) -> Result<()>,
 ) -> Result<()> {
-    let ne = engines.len();
+    turns(engines.len(), n, chunk, |i, r| f(i, engines[i].as_mut(), r))
+}
+
+/// Calls `f(participant, range)` over `0..n` in rounds of `chunk`, each of
+/// `k` participants taking its turn per round; the first one rotates.
+pub fn turns(
+    k: usize,
+    n: usize,
+    chunk: usize,
+    mut f: impl FnMut(usize, Range<usize>) -> Result<()>,
+) -> Result<()> {
     for (round, start) in (0..n).step_by(chunk.max(1)).enumerate() {
         let r = start..(start + chunk).min(n);
-        for k in 0..ne {
-            let i = (round + k) % ne;
-            f(i, engines[i].as_mut(), r.clone())?;
+        for j in 0..k {
+            f((round + j) % k, r.clone())?;
         }
     }
     Ok(())

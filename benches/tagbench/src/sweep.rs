@@ -4,10 +4,10 @@
 use crate::data::{Dataset, Rng, RARE_TAGS};
 use crate::engines::{Engine, Tagstore};
 use crate::report::{num, Lat, Machine};
-use crate::{time_finds, Args, STORE_SEED};
+use crate::{time_finds, time_finds_raw, turns, Args, STORE_SEED};
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tagstore::block::SLOTS_PER_BLOCK;
 use tagstore::CreateOptions;
 
@@ -53,7 +53,8 @@ pub fn run(args: &Args) -> Result<()> {
     println!(
         "sweep:   {} tags per point, seed {}; {} FINDs by object, {} FINDs of rare subject keys \
          (1-3 tags), 2,000 FINDs of a rare key planted in the biggest peak's bucket; load \
-         excludes the final sync; blocks per secondary = default",
+         excludes the final sync; stores load one at a time, then the FINDs run in rounds over all \
+         of them",
         num(n as f64),
         args.seed,
         num(obj_q.len() as f64),
@@ -66,63 +67,151 @@ pub fn run(args: &Args) -> Result<()> {
         }
         None => tempfile::Builder::new().prefix("tagsweep").tempdir()?,
     };
-    let mut points = Vec::new();
     let mut out = Vec::with_capacity(1 << 16);
+    struct Cfg {
+        bpp: u32,
+        fill: f64,
+        buckets: u32,
+        bps: u32,
+        tags: Vec<tagstore::Tag>,
+        plants: crate::data::Plants,
+        store: Tagstore,
+        load: Duration,
+    }
+    let mut cfgs = Vec::new();
     for &bpp in &args.sweep_bpp {
         for &fill in &args.sweep_fill {
-            let cap = bpp * SLOTS_PER_BLOCK as u32;
-            let buckets = (n as f64 / (cap as f64 * fill)).ceil() as u32;
-            let opts = CreateOptions {
-                expected_tags: n as u64,
-                primary_buckets_per_half: Some(buckets),
-                blocks_per_primary: Some(bpp),
-                blocks_per_secondary: None,
-                seed: Some(STORE_SEED),
-            };
-            let (tags, plants) = ds.with_plants(STORE_SEED, buckets, cap);
-            let dir = base.path().join(format!("bpp{bpp}-fill{fill}"));
-            std::fs::create_dir_all(&dir)?;
-            eprintln!("[sweep] {bpp} blocks per primary, fill {fill}: {buckets} buckets per half");
-            let mut e = Tagstore::create(&dir, &opts)?;
-            let t = Instant::now();
-            e.load(&tags).context("sweep load")?;
-            let load_s = t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            e.sync()?;
-            let sync_s = t.elapsed().as_secs_f64();
-            let stats = e.store.stats()?;
-            time_finds(&mut e, &obj_q[..2_000.min(obj_q.len())], true, &mut out)?;
-            let find_object = time_finds(&mut e, &obj_q, true, &mut out)?;
-            let find_rare = time_finds(&mut e, &rare_q, false, &mut out)?;
-            let pq = vec![(plants.rare_peak.as_str(), plants.rel); 2_000];
-            let find_rare_in_peak_bucket = time_finds(&mut e, &pq, false, &mut out)?;
-            if find_rare_in_peak_bucket.results != (RARE_TAGS * pq.len()) as u64 {
-                eprintln!("WARNING: planted rare key returned the wrong number of tags");
+            for &bps in &args.sweep_bps {
+                let cap = bpp * SLOTS_PER_BLOCK as u32;
+                let buckets = (n as f64 / (cap as f64 * fill)).ceil() as u32;
+                let opts = CreateOptions {
+                    expected_tags: n as u64,
+                    primary_buckets_per_half: Some(buckets),
+                    blocks_per_primary: Some(bpp),
+                    blocks_per_secondary: Some(bps),
+                    seed: Some(STORE_SEED),
+                };
+                let (tags, plants) = ds.with_plants(STORE_SEED, buckets, cap);
+                let dir = base.path().join(format!("bpp{bpp}-fill{fill}-bps{bps}"));
+                std::fs::create_dir_all(&dir)?;
+                cfgs.push(Cfg {
+                    bpp,
+                    fill,
+                    buckets,
+                    bps: opts.geometry().blocks_per_secondary,
+                    tags,
+                    plants,
+                    store: Tagstore::create(&dir, &opts)?,
+                    load: Duration::ZERO,
+                });
             }
-            let primary_slots = stats.primary_fill * stats.primary_buckets as f64 * (cap as f64);
-            let secondary_share = 1.0 - primary_slots / (2.0 * tags.len() as f64);
-            Box::new(e).close()?;
-            std::fs::remove_dir_all(&dir)?;
-            points.push(Point {
-                blocks_per_primary: bpp,
-                target_fill: fill,
-                primary_buckets_per_half: buckets,
-                blocks_per_secondary: opts.geometry().blocks_per_secondary,
-                load_tags_per_s: tags.len() as f64 / load_s,
-                sync_s,
-                find_object,
-                find_rare,
-                find_rare_in_peak_bucket,
-                secondary_share,
-                stats,
-            });
         }
+    }
+    // Loads run one store at a time, each followed by its sync: a dozen
+    // stores dirtying pages at once would measure the kernel's writeback
+    // throttling, not the geometry. The FINDs then run in rounds over all
+    // the (clean, cached) stores, so noise falls on every point alike.
+    let k = cfgs.len();
+    let mut sync_s = Vec::new();
+    let mut stats = Vec::new();
+    for c in cfgs.iter_mut() {
+        eprintln!(
+            "[sweep] load: {} blocks per primary, fill {}: {} buckets per half",
+            c.bpp, c.fill, c.buckets
+        );
+        let t = Instant::now();
+        c.store.load(&c.tags).context("sweep load")?;
+        c.load = t.elapsed();
+        let t = Instant::now();
+        c.store.sync()?;
+        sync_s.push(t.elapsed().as_secs_f64());
+        stats.push(c.store.store.stats()?);
+        time_finds(
+            &mut c.store,
+            &obj_q[..2_000.min(obj_q.len())],
+            true,
+            &mut out,
+        )?;
+    }
+    eprintln!("[sweep] FINDs");
+    let mut obj_ns: Vec<Vec<u64>> = vec![Vec::new(); k];
+    let mut obj_t = vec![(Duration::ZERO, 0u64); k];
+    turns(k, obj_q.len(), 5_000, |i, r| {
+        let (d, res) = time_finds_raw(
+            &mut cfgs[i].store,
+            &obj_q[r],
+            true,
+            &mut out,
+            &mut obj_ns[i],
+        )?;
+        obj_t[i].0 += d;
+        obj_t[i].1 += res;
+        Ok(())
+    })?;
+    let mut rare_ns: Vec<Vec<u64>> = vec![Vec::new(); k];
+    let mut rare_t = vec![(Duration::ZERO, 0u64); k];
+    turns(k, rare_q.len(), 2_000, |i, r| {
+        let (d, res) = time_finds_raw(
+            &mut cfgs[i].store,
+            &rare_q[r],
+            false,
+            &mut out,
+            &mut rare_ns[i],
+        )?;
+        rare_t[i].0 += d;
+        rare_t[i].1 += res;
+        Ok(())
+    })?;
+    let mut peak_ns: Vec<Vec<u64>> = vec![Vec::new(); k];
+    let mut peak_t = vec![(Duration::ZERO, 0u64); k];
+    turns(k, 2_000, 200, |i, r| {
+        let c = &mut cfgs[i];
+        let pq = vec![(c.plants.rare_peak.as_str(), c.plants.rel); r.len()];
+        let (d, res) = time_finds_raw(&mut c.store, &pq, false, &mut out, &mut peak_ns[i])?;
+        peak_t[i].0 += d;
+        peak_t[i].1 += res;
+        Ok(())
+    })?;
+    let mut points = Vec::new();
+    for (i, (c, stats)) in cfgs.into_iter().zip(stats).enumerate() {
+        if peak_t[i].1 != (RARE_TAGS * peak_ns[i].len()) as u64 {
+            eprintln!("WARNING: planted rare key returned the wrong number of tags");
+        }
+        let cap = c.bpp * SLOTS_PER_BLOCK as u32;
+        let primary_slots = stats.primary_fill * stats.primary_buckets as f64 * (cap as f64);
+        let secondary_share = 1.0 - primary_slots / (2.0 * c.tags.len() as f64);
+        let dir = c.store.store.path().parent().map(|p| p.to_path_buf());
+        Box::new(c.store).close()?;
+        if let Some(d) = dir {
+            std::fs::remove_dir_all(d)?;
+        }
+        points.push(Point {
+            blocks_per_primary: c.bpp,
+            target_fill: c.fill,
+            primary_buckets_per_half: c.buckets,
+            blocks_per_secondary: c.bps,
+            load_tags_per_s: c.tags.len() as f64 / c.load.as_secs_f64(),
+            sync_s: sync_s[i],
+            find_object: Lat::new(std::mem::take(&mut obj_ns[i]), obj_t[i].0, obj_t[i].1),
+            find_rare: Lat::new(std::mem::take(&mut rare_ns[i]), rare_t[i].0, rare_t[i].1),
+            find_rare_in_peak_bucket: Lat::new(
+                std::mem::take(&mut peak_ns[i]),
+                peak_t[i].0,
+                peak_t[i].1,
+            ),
+            secondary_share,
+            stats,
+        });
     }
 
     // Reference for the ratio columns: the default geometry when swept.
     let reference = points
         .iter()
-        .position(|p| p.blocks_per_primary == 4 && (p.target_fill - 0.5).abs() < 1e-9)
+        .position(|p| {
+            p.blocks_per_primary == 4
+                && (p.target_fill - 0.5).abs() < 1e-9
+                && p.blocks_per_secondary == 16
+        })
         .unwrap_or(0);
     let r = &points[reference];
     let (r_load, r_find, r_rare, r_bytes) = (
@@ -134,6 +223,7 @@ pub fn run(args: &Args) -> Result<()> {
     let header: Vec<String> = [
         "blocks/primary",
         "fill target",
+        "blocks/secondary",
         "buckets/half",
         "fill actual",
         "in secondaries",
@@ -160,6 +250,7 @@ pub fn run(args: &Args) -> Result<()> {
             vec![
                 p.blocks_per_primary.to_string(),
                 format!("{:.0}%", p.target_fill * 100.0),
+                p.blocks_per_secondary.to_string(),
                 num(p.primary_buckets_per_half as f64),
                 format!("{:.1}%", p.stats.primary_fill * 100.0),
                 format!("{:.1}%", p.secondary_share * 100.0),
@@ -187,9 +278,10 @@ pub fn run(args: &Args) -> Result<()> {
     }
     println!();
     println!(
-        "×ref: ratio to blocks/primary {} at fill {:.0}% in this run",
+        "×ref: ratio to blocks/primary {} at fill {:.0}% with {}-block secondary buckets, in this run",
         r.blocks_per_primary,
-        r.target_fill * 100.0
+        r.target_fill * 100.0,
+        r.blocks_per_secondary
     );
     if let Some(path) = &args.json {
         let rep = SweepReport {
