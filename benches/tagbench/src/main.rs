@@ -504,6 +504,56 @@ fn compare(args: &Args) -> Result<()> {
         Some(false),
         big.iter().map(|l| l.p50_us).collect(),
     );
+    // Writes next to a peak: DELETE then re-INSERT the same tag (the store
+    // ends as it began), for tags of the peak key and of the quiet rare key.
+    let peak_tags: Vec<&Tag> = tags
+        .iter()
+        .filter(|t| t.subject == plants.peak_subject && t.relationship == plants.peak_rel)
+        .take(300)
+        .collect();
+    let quiet_tags: Vec<&Tag> = tags
+        .iter()
+        .filter(|t| t.subject == plants.rare_quiet)
+        .collect();
+    let mut wr = [accs(ne), accs(ne), accs(ne), accs(ne)];
+    rounds(&mut engines, peak_tags.len(), 50, |i, e, r| {
+        for j in r {
+            for (c, t) in [(0, peak_tags[j]), (2, quiet_tags[j % quiet_tags.len()])] {
+                let t0 = Instant::now();
+                let gone = e.delete(t)?;
+                let t1 = Instant::now();
+                let back = e.insert(t)?;
+                let d1 = t1.elapsed();
+                if !gone || !back {
+                    bail!("{}: DELETE/re-INSERT of {t:?} changed nothing", e.name());
+                }
+                wr[c][i].ns.push((t1 - t0).as_nanos() as u64);
+                wr[c + 1][i].ns.push(d1.as_nanos() as u64);
+            }
+        }
+        Ok(())
+    })?;
+    let [pd, pi, qd, qi] = wr.map(|a| a.into_iter().map(Acc::lat).collect::<Vec<Lat>>());
+    for (what, lats) in [
+        ("DELETE, tag of the peak key, p50", &pd),
+        ("DELETE, tag of a quiet rare key, p50", &qd),
+        ("re-INSERT, tag of the peak key, p50", &pi),
+        ("re-INSERT, tag of a quiet rare key, p50", &qi),
+    ] {
+        row(
+            what,
+            "µs",
+            Some(false),
+            lats.iter().map(|l| l.p50_us).collect(),
+        );
+    }
+    detail.push(serde_json::json!({
+        "phase": "writes_next_to_a_peak",
+        "peak_delete": pd,
+        "peak_insert": pi,
+        "quiet_delete": qd,
+        "quiet_insert": qi,
+    }));
     detail.push(serde_json::json!({
         "phase": "peak_isolation",
         "peak": peak,
