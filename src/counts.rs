@@ -133,7 +133,7 @@ enum Record {
     Snapshot {
         version: u64,
         own_only: bool,
-        counts: Vec<(String, String, u64)>,
+        counts: Vec<(String, String, i64)>,
         processed: Vec<IncrementId>,
     },
     Merge {
@@ -161,8 +161,12 @@ pub(crate) struct Counts {
     /// True while every merged increment came from this store's own tags, so
     /// the counts can be rebuilt from (and checked against) the tags.
     pub own_only: bool,
-    counts: HashMap<(String, String), u64>,
+    /// Signed: increments of one writer may merge out of order, so a count
+    /// can dip below zero until the earlier increment arrives.
+    counts: HashMap<(String, String), i64>,
     cloud: BTreeMap<String, BTreeSet<(Reverse<u64>, String)>>,
+    /// The load cut off a torn or damaged record.
+    pub cut: bool,
     processed: HashSet<IncrementId>,
     /// Increments received but not yet merged.
     queue: Vec<Increment>,
@@ -176,12 +180,12 @@ impl Counts {
             ..Counts::default()
         };
         for ((r, s), n) in counts {
-            c.set(r, s, n);
+            c.set(r, s, n as i64);
         }
         c
     }
 
-    fn set(&mut self, r: String, s: String, n: u64) {
+    fn set(&mut self, r: String, s: String, n: i64) {
         let old = self
             .counts
             .get(&(r.clone(), s.clone()))
@@ -192,41 +196,47 @@ impl Counts {
         }
         let idx = self.cloud.entry(r.clone()).or_default();
         if old > 0 {
-            idx.remove(&(Reverse(old), s.clone()));
+            idx.remove(&(Reverse(old as u64), s.clone()));
         }
         if n > 0 {
-            idx.insert((Reverse(n), s.clone()));
+            idx.insert((Reverse(n as u64), s.clone()));
+        }
+        if idx.is_empty() {
+            self.cloud.remove(&r);
+        }
+        if n != 0 {
             self.counts.insert((r, s), n);
         } else {
-            self.counts.remove(&(r.clone(), s));
-            if idx.is_empty() {
-                self.cloud.remove(&r);
-            }
+            self.counts.remove(&(r, s));
         }
     }
 
     fn apply(&mut self, deltas: &[(String, String, i64)]) {
         for (r, s, d) in deltas {
-            let old = self.get(r, s) as i64;
-            self.set(r.clone(), s.clone(), (old + d).max(0) as u64);
+            let old = self.signed(r, s);
+            self.set(r.clone(), s.clone(), old + d);
         }
     }
 
-    /// Count of (relationship, subject).
-    pub fn get(&self, relationship: &str, subject: &str) -> u64 {
+    fn signed(&self, relationship: &str, subject: &str) -> i64 {
         self.counts
             .get(&(relationship.to_owned(), subject.to_owned()))
             .copied()
             .unwrap_or(0)
     }
 
+    /// Count of (relationship, subject); never below zero.
+    pub fn get(&self, relationship: &str, subject: &str) -> u64 {
+        self.signed(relationship, subject).max(0) as u64
+    }
+
     /// Sum of all counts (equals the tag count when `own_only`).
-    pub fn total(&self) -> u64 {
+    pub fn total(&self) -> i64 {
         self.counts.values().sum()
     }
 
-    /// Every count, sorted (for checks).
-    pub fn all(&self) -> BTreeMap<(String, String), u64> {
+    /// Every non-zero count, sorted (for checks).
+    pub fn all(&self) -> BTreeMap<(String, String), i64> {
         self.counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
@@ -313,8 +323,23 @@ impl Counts {
         })
     }
 
+    /// Records increment ids as merged without changing counts (ids this
+    /// store shipped: their changes are already in its own counts).
+    pub fn record_shipped(&mut self, file: &mut CountsFile, ids: Vec<IncrementId>) -> Result<()> {
+        let rec = Record::Merge {
+            version: self.version + 1,
+            ids: ids.clone(),
+            deltas: Vec::new(),
+            foreign: false,
+        };
+        file.append(&rec)?;
+        self.processed.extend(ids);
+        self.version += 1;
+        Ok(())
+    }
+
     fn snapshot(&self) -> Record {
-        let mut counts: Vec<(String, String, u64)> = self
+        let mut counts: Vec<(String, String, i64)> = self
             .counts
             .iter()
             .map(|((r, s), n)| (r.clone(), s.clone(), *n))
@@ -414,9 +439,10 @@ impl CountsFile {
             }
             at += 8 + len;
         }
-        let Some(counts) = counts else {
+        let Some(mut counts) = counts else {
             return Ok(None);
         };
+        counts.cut = at < data.len();
         // A torn last merge was never acknowledged: cut it off.
         if writable && at < data.len() {
             file.set_len(at as u64)
@@ -513,6 +539,303 @@ impl CountsFile {
     }
 }
 
+/// Distinct pending keys past which a handle merges its own increment.
+pub const AUTO_MERGE_KEYS: usize = 10_000;
+
+/// Counts in memory plus their file (absent for read-only handles that rebuilt).
+pub(crate) struct Loaded {
+    counts: Counts,
+    file: Option<CountsFile>,
+    threshold: usize,
+}
+
+/// Counts every tag's (relationship, subject) by reading the store.
+fn count_tags(store: &crate::Store) -> Result<HashMap<(String, String), u64>> {
+    let mut m: HashMap<(String, String), u64> = HashMap::new();
+    for t in store.tags() {
+        let t = t?;
+        *m.entry((t.relationship, t.subject)).or_default() += 1;
+    }
+    Ok(m)
+}
+
+impl crate::Store {
+    /// Loads (or rebuilds) the counts; the caller holds the counts mutex.
+    fn ensure_counts<'a>(&self, slot: &'a mut Option<Loaded>) -> Result<&'a mut Loaded> {
+        let stale = self.read().counts_stale;
+        if stale && slot.as_ref().is_some_and(|l| l.counts.own_only) {
+            // Changes were made with counting off (or lost in a crash):
+            // counts of our own tags must be rebuilt.
+            *slot = None;
+        }
+        if slot.is_none() {
+            let (writable, tags, pending_net) = {
+                let g = self.read();
+                (g.file.writable(), g.tag_count, g.pending.net())
+            };
+            let loaded = CountsFile::load(self.path(), self.seed, writable)?;
+            let usable = loaded.filter(|(c, _)| {
+                // Counts of our own tags must add up to the tag count, and
+                // must not have lost a record; otherwise rebuild.
+                !c.own_only || (!stale && !c.cut && c.total() + pending_net == tags as i64)
+            });
+            *slot = Some(match usable {
+                Some((counts, file)) => Loaded {
+                    counts,
+                    file: Some(file),
+                    threshold: 1,
+                },
+                None => {
+                    // The scan reflects every change so far: drop what is
+                    // pending for the local merge (the outbox stays).
+                    {
+                        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+                        g.pending = Pending::default();
+                        g.counts_stale = false;
+                    }
+                    let counts = Counts::from_counts(count_tags(self)?);
+                    let file = if writable {
+                        Some(CountsFile::create(self.path(), self.seed, &counts)?)
+                    } else {
+                        None
+                    };
+                    Loaded {
+                        counts,
+                        file,
+                        threshold: 1,
+                    }
+                }
+            });
+        }
+        slot.as_mut()
+            .ok_or_else(|| Error::corrupt("counts failed to load"))
+    }
+
+    fn counts_lock(&self) -> std::sync::MutexGuard<'_, Option<Loaded>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_id(&self) -> IncrementId {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        IncrementId {
+            writer: self.writer_id,
+            seq,
+        }
+    }
+
+    /// Takes this handle's count changes since the last call as an increment
+    /// to ship to a collector; `None` if nothing changed. The store's own
+    /// counts already include these changes, and it records the id as merged,
+    /// so submitting the increment back here changes nothing.
+    pub fn take_increment(&self) -> Result<Option<Increment>> {
+        if !self.read().file.writable() {
+            return Ok(None);
+        }
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        let deltas = {
+            let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            g.outbox.take()
+        };
+        if deltas.is_empty() {
+            return Ok(None);
+        }
+        let id = self.next_id();
+        let file = l.file.as_mut().ok_or(Error::ReadOnly)?;
+        l.counts.record_shipped(file, vec![id])?;
+        Ok(Some(Increment { id, deltas }))
+    }
+
+    /// Receives an increment (from another writer, or back from this one);
+    /// merges the queue once it holds the merge threshold. Returns false if
+    /// the increment was a duplicate or already merged (it is discarded).
+    pub fn submit_increment(&self, inc: Increment) -> Result<bool> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        let fresh = l.counts.submit(inc);
+        if l.counts.queued() >= l.threshold {
+            merge_loaded(self, l)?;
+        }
+        Ok(fresh)
+    }
+
+    /// Merges every queued increment now, as one new counts version.
+    pub fn merge_increments(&self) -> Result<MergeOutcome> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        merge_loaded(self, l)
+    }
+
+    /// Sets how many increments are queued before a merge (1 = merge each).
+    pub fn set_merge_threshold(&self, n: usize) -> Result<()> {
+        let mut slot = self.counts_lock();
+        self.ensure_counts(&mut slot)?.threshold = n.max(1);
+        Ok(())
+    }
+
+    /// Turns counting of this handle's changes on or off (on by default).
+    /// Changes made while off make the counts stale; they are then rebuilt
+    /// from the tags on next use, and are never shipped.
+    pub fn set_counting(&self, on: bool) {
+        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+        g.counting = on;
+    }
+
+    /// Merges this handle's own pending changes into its counts.
+    pub(crate) fn merge_own_counts(&self) -> Result<()> {
+        let (pending, stale, writable) = {
+            let g = self.read();
+            (g.pending.len() > 0, g.counts_stale, g.file.writable())
+        };
+        if !writable || (!pending && !stale) {
+            return Ok(());
+        }
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        let deltas = {
+            let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
+            g.pending.take()
+        };
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let id = self.next_id();
+        l.counts.submit(Increment { id, deltas });
+        merge_loaded(self, l).map(|_| ())
+    }
+
+    /// At close: merge own pending changes, or drop stale own counts.
+    pub(crate) fn finish_counts(&self) -> Result<()> {
+        let (writable, stale) = {
+            let g = self.read();
+            (g.file.writable(), g.counts_stale)
+        };
+        if !writable {
+            return Ok(());
+        }
+        let own_only = || match CountsFile::load(self.path(), self.seed, false) {
+            Ok(Some((c, _))) => c.own_only,
+            _ => true,
+        };
+        if stale && own_only() {
+            // Counts of our own tags that missed changes: drop them; the next
+            // use rebuilds them from the tags. (A collector's counts include
+            // other writers' increments and are kept.)
+            *self.counts_lock() = None;
+            return match std::fs::remove_file(counts_path(self.path())) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+                    format!("removing stale {}", counts_path(self.path()).display()),
+                    e,
+                )),
+                _ => Ok(()),
+            };
+        }
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        if let Some(l) = slot.as_mut() {
+            if l.counts.queued() > 0 {
+                merge_loaded(self, l)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Objects carrying `subject` under `relationship`, as of the last merge
+    /// (this handle's own changes are merged first).
+    pub fn count(&self, subject: &str, relationship: &str) -> Result<u64> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        Ok(self
+            .ensure_counts(&mut slot)?
+            .counts
+            .get(relationship, subject))
+    }
+
+    /// The `top` most used subjects of `relationship`, most used first.
+    pub fn cloud(&self, relationship: &str, top: usize) -> Result<Vec<CloudEntry>> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        Ok(self
+            .ensure_counts(&mut slot)?
+            .counts
+            .cloud(relationship, top))
+    }
+
+    /// Version of the counts: the number of merges so far.
+    pub fn counts_version(&self) -> Result<u64> {
+        let mut slot = self.counts_lock();
+        Ok(self.ensure_counts(&mut slot)?.counts.version)
+    }
+
+    /// Compares persisted counts with counts derived from the tags; one line per fault.
+    pub fn check_counts(&self) -> Result<Vec<String>> {
+        let Some((c, _)) = CountsFile::load(self.path(), self.seed, false)? else {
+            return Ok(Vec::new());
+        };
+        if !c.own_only {
+            return Ok(Vec::new());
+        }
+        let mut persisted = c.all();
+        {
+            // Files that would not be served (stale, cut, or a total that
+            // disagrees with the tag count) are rebuilt on next use.
+            let g = self.read();
+            if g.counts_stale || c.cut || c.total() + g.pending.net() != g.tag_count as i64 {
+                return Ok(Vec::new());
+            }
+            // This handle's unmerged changes are not in the file yet.
+            for (r, m) in &g.pending.deltas {
+                for (s, d) in m {
+                    *persisted.entry((r.clone(), s.clone())).or_default() += d;
+                }
+            }
+        }
+        persisted.retain(|_, v| *v != 0);
+        let derived: BTreeMap<(String, String), i64> = count_tags(self)?
+            .into_iter()
+            .map(|(k, v)| (k, v as i64))
+            .collect();
+        if persisted == derived {
+            return Ok(Vec::new());
+        }
+        let mut faults = Vec::new();
+        for (k, v) in &derived {
+            let p = persisted.get(k).copied().unwrap_or(0);
+            if p != *v && faults.len() < 20 {
+                faults.push(format!(
+                    "counts: <*, {:?}, {:?}> has {v} tags but the counts file says {p}",
+                    k.0, k.1
+                ));
+            }
+        }
+        for (k, p) in &persisted {
+            if !derived.contains_key(k) && faults.len() < 20 {
+                faults.push(format!(
+                    "counts: <*, {:?}, {:?}> has no tags but the counts file says {p}",
+                    k.0, k.1
+                ));
+            }
+        }
+        Ok(faults)
+    }
+}
+
+fn merge_loaded(store: &crate::Store, l: &mut Loaded) -> Result<MergeOutcome> {
+    let Some(file) = l.file.as_mut() else {
+        return Err(Error::ReadOnly);
+    };
+    let out = l.counts.merge_queue(file, store.writer_id)?;
+    if file.wants_compaction() {
+        file.compact(store.path(), &l.counts)?;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -586,281 +909,4 @@ mod tests {
             "foreign seed"
         );
     }
-}
-
-/// Distinct pending keys past which a handle merges its own increment.
-pub const AUTO_MERGE_KEYS: usize = 10_000;
-
-/// Counts in memory plus their file (absent for read-only handles that rebuilt).
-pub(crate) struct Loaded {
-    counts: Counts,
-    file: Option<CountsFile>,
-    threshold: usize,
-}
-
-/// Counts every tag's (relationship, subject) by reading the store.
-fn count_tags(store: &crate::Store) -> Result<HashMap<(String, String), u64>> {
-    let mut m: HashMap<(String, String), u64> = HashMap::new();
-    for t in store.tags() {
-        let t = t?;
-        *m.entry((t.relationship, t.subject)).or_default() += 1;
-    }
-    Ok(m)
-}
-
-impl crate::Store {
-    /// Loads (or rebuilds) the counts; the caller holds the counts mutex.
-    fn ensure_counts<'a>(&self, slot: &'a mut Option<Loaded>) -> Result<&'a mut Loaded> {
-        if slot.is_none() {
-            let (writable, stale, tags, pending_net) = {
-                let g = self.read();
-                (
-                    g.file.writable(),
-                    g.counts_stale,
-                    g.tag_count,
-                    g.pending.net(),
-                )
-            };
-            let loaded = CountsFile::load(self.path(), self.seed, writable)?;
-            let usable = loaded.filter(|(c, _)| {
-                // Counts of our own tags must add up to the tag count; a crash
-                // that lost a pending increment, or changes made with counting
-                // off, show up here and force a rebuild.
-                !c.own_only || (!stale && c.total() as i64 + pending_net == tags as i64)
-            });
-            *slot = Some(match usable {
-                Some((counts, file)) => Loaded {
-                    counts,
-                    file: Some(file),
-                    threshold: 1,
-                },
-                None => {
-                    // Hold the write lock so no change slips between the scan
-                    // and dropping the pending deltas it already reflects.
-                    let built = {
-                        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-                        g.pending = Pending::default();
-                        g.counts_stale = false;
-                        drop(g);
-                        count_tags(self)?
-                    };
-                    let counts = Counts::from_counts(built);
-                    let file = if writable {
-                        Some(CountsFile::create(self.path(), self.seed, &counts)?)
-                    } else {
-                        None
-                    };
-                    Loaded {
-                        counts,
-                        file,
-                        threshold: 1,
-                    }
-                }
-            });
-        }
-        slot.as_mut()
-            .ok_or_else(|| Error::corrupt("counts failed to load"))
-    }
-
-    fn counts_lock(&self) -> std::sync::MutexGuard<'_, Option<Loaded>> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Takes this handle's changes since the last call as an increment to ship
-    /// to a collector; `None` if nothing changed.
-    pub fn take_increment(&self) -> Option<Increment> {
-        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        let deltas = g.pending.take();
-        if deltas.is_empty() {
-            return None;
-        }
-        let seq = g.next_seq;
-        g.next_seq += 1;
-        Some(Increment {
-            id: IncrementId {
-                writer: self.writer_id,
-                seq,
-            },
-            deltas,
-        })
-    }
-
-    /// Receives an increment (from this or another writer); merges the queue
-    /// once it holds more than the merge threshold. Returns false if the
-    /// increment was a duplicate or already merged (it is discarded).
-    pub fn submit_increment(&self, inc: Increment) -> Result<bool> {
-        let mut slot = self.counts_lock();
-        let l = self.ensure_counts(&mut slot)?;
-        let fresh = l.counts.submit(inc);
-        if l.counts.queued() >= l.threshold {
-            merge_loaded(self, l)?;
-        }
-        Ok(fresh)
-    }
-
-    /// Merges every queued increment now, as one new counts version.
-    pub fn merge_increments(&self) -> Result<MergeOutcome> {
-        let mut slot = self.counts_lock();
-        let l = self.ensure_counts(&mut slot)?;
-        merge_loaded(self, l)
-    }
-
-    /// Sets how many increments are queued before a merge (1 = merge each).
-    pub fn set_merge_threshold(&self, n: usize) -> Result<()> {
-        let mut slot = self.counts_lock();
-        self.ensure_counts(&mut slot)?.threshold = n.max(1);
-        Ok(())
-    }
-
-    /// Turns counting of this handle's changes on or off (on by default).
-    /// Changes made while off make the persisted counts stale; they are then
-    /// rebuilt from the tags on next use.
-    pub fn set_counting(&self, on: bool) {
-        let mut g = self.inner.write().unwrap_or_else(|p| p.into_inner());
-        g.counting = on;
-    }
-
-    /// Merges this handle's own pending changes into its counts.
-    pub(crate) fn merge_own_counts(&self) -> Result<()> {
-        let pending = self.read().pending.len() > 0;
-        if !pending {
-            return Ok(());
-        }
-        let mut slot = self.counts_lock();
-        let l = self.ensure_counts(&mut slot)?;
-        if let Some(inc) = self.take_increment() {
-            l.counts.submit(inc);
-        }
-        merge_loaded(self, l).map(|_| ())
-    }
-
-    /// At close: merge own pending changes, or drop stale counts.
-    pub(crate) fn finish_counts(&self) -> Result<()> {
-        let (writable, stale) = {
-            let g = self.read();
-            (g.file.writable(), g.counts_stale)
-        };
-        if !writable {
-            return Ok(());
-        }
-        let own_only = || match CountsFile::load(self.path(), self.seed, false) {
-            Ok(Some((c, _))) => c.own_only,
-            _ => true,
-        };
-        if stale && own_only() {
-            // Counts of our own tags that missed changes: drop them; the next
-            // use rebuilds them from the tags. (A collector's counts include
-            // other writers' increments and are kept.)
-            *self.counts_lock() = None;
-            return match std::fs::remove_file(counts_path(self.path())) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
-                    format!("removing stale {}", counts_path(self.path()).display()),
-                    e,
-                )),
-                _ => Ok(()),
-            };
-        }
-        self.merge_own_counts()?;
-        let mut slot = self.counts_lock();
-        if let Some(l) = slot.as_mut() {
-            if l.counts.queued() > 0 {
-                merge_loaded(self, l)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Objects carrying `subject` under `relationship`, as of the last merge
-    /// (this handle's own changes are merged first).
-    pub fn count(&self, subject: &str, relationship: &str) -> Result<u64> {
-        if self.read().file.writable() {
-            self.merge_own_counts()?;
-        }
-        let mut slot = self.counts_lock();
-        Ok(self
-            .ensure_counts(&mut slot)?
-            .counts
-            .get(relationship, subject))
-    }
-
-    /// The `top` most used subjects of `relationship`, most used first.
-    pub fn cloud(&self, relationship: &str, top: usize) -> Result<Vec<CloudEntry>> {
-        if self.read().file.writable() {
-            self.merge_own_counts()?;
-        }
-        let mut slot = self.counts_lock();
-        Ok(self
-            .ensure_counts(&mut slot)?
-            .counts
-            .cloud(relationship, top))
-    }
-
-    /// Version of the counts: the number of merges so far.
-    pub fn counts_version(&self) -> Result<u64> {
-        let mut slot = self.counts_lock();
-        Ok(self.ensure_counts(&mut slot)?.counts.version)
-    }
-
-    /// Compares persisted counts with counts derived from the tags; one line per fault.
-    pub fn check_counts(&self) -> Result<Vec<String>> {
-        let Some((c, _)) = CountsFile::load(self.path(), self.seed, false)? else {
-            return Ok(Vec::new());
-        };
-        if !c.own_only {
-            return Ok(Vec::new());
-        }
-        {
-            // A file whose total disagrees with the tag count is never served:
-            // the next use rebuilds it from the tags.
-            let g = self.read();
-            if g.counts_stale || c.total() as i64 + g.pending.net() != g.tag_count as i64 {
-                return Ok(Vec::new());
-            }
-        }
-        let derived: BTreeMap<(String, String), u64> = count_tags(self)?.into_iter().collect();
-        let mut persisted = c.all();
-        // This handle's unmerged changes are not in the file yet.
-        let g = self.read();
-        for (r, m) in &g.pending.deltas {
-            for (s, d) in m {
-                let e = persisted.entry((r.clone(), s.clone())).or_default();
-                *e = (*e as i64 + d).max(0) as u64;
-            }
-        }
-        drop(g);
-        persisted.retain(|_, v| *v > 0);
-        if persisted == derived || self.read().counts_stale {
-            return Ok(Vec::new());
-        }
-        let mut faults = Vec::new();
-        for (k, v) in &derived {
-            let p = persisted.get(k).copied().unwrap_or(0);
-            if p != *v && faults.len() < 20 {
-                faults.push(format!(
-                    "counts: <*, {:?}, {:?}> has {v} tags but the counts file says {p}",
-                    k.0, k.1
-                ));
-            }
-        }
-        for (k, p) in &persisted {
-            if !derived.contains_key(k) && faults.len() < 20 {
-                faults.push(format!(
-                    "counts: <*, {:?}, {:?}> has no tags but the counts file says {p}",
-                    k.0, k.1
-                ));
-            }
-        }
-        Ok(faults)
-    }
-}
-
-fn merge_loaded(store: &crate::Store, l: &mut Loaded) -> Result<MergeOutcome> {
-    let Some(file) = l.file.as_mut() else {
-        return Err(Error::ReadOnly);
-    };
-    let out = l.counts.merge_queue(file, store.writer_id)?;
-    if file.wants_compaction() {
-        file.compact(store.path(), &l.counts)?;
-    }
-    Ok(out)
 }

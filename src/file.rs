@@ -17,6 +17,18 @@ pub(crate) struct MappedFile {
     map: Map,
     path: PathBuf,
     len: u64,
+    /// On tmpfs even *reading* a hole through a shared map needs a free page
+    /// (SIGBUS when full), so there the whole file is backed up front.
+    tmpfs: bool,
+}
+
+fn on_tmpfs(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fstatfs fills a zeroed struct for an fd we own.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type as i64 == 0x0102_1994
+    }
 }
 
 fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
@@ -55,12 +67,18 @@ impl MappedFile {
             return Err(Error::NotAStore(path.to_path_buf()));
         }
         let map = Self::map(&file, path, writable)?;
-        Ok(MappedFile {
+        let tmpfs = on_tmpfs(&file);
+        let mut f = MappedFile {
             file,
             map,
             path: path.to_path_buf(),
             len,
-        })
+            tmpfs,
+        };
+        if writable && tmpfs {
+            f.reserve(0, len)?;
+        }
+        Ok(f)
     }
 
     /// Creates a new file of `len` bytes (sparse), locked exclusively.
@@ -78,13 +96,15 @@ impl MappedFile {
         file.set_len(len)
             .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
         let map = Self::map(&file, path, true)?;
+        let tmpfs = on_tmpfs(&file);
         let mut f = MappedFile {
             file,
             map,
             path: path.to_path_buf(),
             len,
+            tmpfs,
         };
-        f.reserve(0, 2 * BLOCK_SIZE as u64)?;
+        f.reserve(0, if tmpfs { len } else { 2 * BLOCK_SIZE as u64 })?;
         Ok(f)
     }
 
@@ -186,7 +206,11 @@ impl MappedFile {
             .set_len(len)
             .map_err(|e| Error::io(format!("resizing {}", self.path.display()), e))?;
         self.map = Self::map(&self.file, &self.path, true)?;
+        let old = self.len;
         self.len = len;
+        if self.tmpfs && len > old {
+            self.reserve(old, len - old)?;
+        }
         Ok(())
     }
 

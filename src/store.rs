@@ -125,6 +125,8 @@ pub(crate) struct Inner {
     pub tables: Tables,
     pub tag_count: u64,
     verified: Vec<AtomicU64>,
+    /// One bit per block: disk space is known to back it (fallocated this session).
+    reserved: Vec<u64>,
     /// Per primary bucket: a secondary bucket of its chain such that all
     /// earlier ones are full (NONE: start at the head). Speeds INSERT on peaks.
     open_hint: Vec<u32>,
@@ -141,6 +143,8 @@ pub(crate) struct Inner {
     sync_hook: Option<SyncHook>,
     /// Count deltas of this handle's changes, not yet merged.
     pub pending: crate::counts::Pending,
+    /// Count deltas of this handle's changes, not yet shipped (`take_increment`).
+    pub outbox: crate::counts::Pending,
     /// Whether INSERT/DELETE feed `pending`.
     pub counting: bool,
     /// A change was made with counting off: persisted counts are stale.
@@ -289,8 +293,26 @@ impl Inner {
         Ok(None)
     }
 
-    fn first_free(&self, first: u64, n: u32) -> Result<Option<SlotAddr>> {
+    /// Backs block `b` with disk space before anything reads or writes it
+    /// through the map, so a full disk is an error here and never a SIGBUS.
+    fn ensure_reserved(&mut self, b: u64) -> Result<()> {
+        let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
+        if self.reserved.get(w).is_some_and(|x| x & bit != 0) {
+            return Ok(());
+        }
+        self.file
+            .reserve(b * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
+        if self.reserved.len() <= w {
+            self.reserved.resize(w + 1, 0);
+        }
+        self.reserved[w] |= bit;
+        Ok(())
+    }
+
+    /// First free slot in `n` blocks from `first`; reserves each block it reads.
+    fn first_free(&mut self, first: u64, n: u32) -> Result<Option<SlotAddr>> {
         for b in first..first + n as u64 {
+            self.ensure_reserved(b)?;
             if let Some(i) = self.block(b)?.first_free() {
                 return Ok(Some(SlotAddr {
                     block: b,
@@ -325,8 +347,8 @@ impl Inner {
         let mut s = if hint != NONE { hint } else { pe.head };
         while s != NONE {
             let e = &self.tables.secondary[s as usize];
-            let (ordinal, next) = (e.ordinal, e.next);
-            if e.used < geo.secondary_capacity() {
+            let (ordinal, next, used) = (e.ordinal, e.next, e.used);
+            if used < geo.secondary_capacity() {
                 self.open_hint[g as usize] = s;
                 return match self.first_free(geo.secondary_start(s), geo.blocks_per_secondary)? {
                     Some(addr) => Ok(Plan {
@@ -338,14 +360,17 @@ impl Inner {
                         new_link: false,
                     }),
                     None => Err(Error::corrupt(format!(
-                        "secondary bucket {s}: table counts {} used slots but its blocks are full",
-                        e.used
+                        "secondary bucket {s}: table counts {used} used slots but its blocks are full"
                     ))),
                 };
             }
             s = next;
         }
         let s = self.alloc_secondary()?;
+        if let Err(e) = self.ensure_reserved(geo.secondary_start(s)) {
+            self.tables.free.insert(s);
+            return Err(e);
+        }
         Ok(Plan {
             addr: SlotAddr {
                 block: geo.secondary_start(s),
@@ -420,11 +445,26 @@ impl Inner {
             self.hook(SyncPoint::StoreSynced);
             return Ok(());
         }
+        if self.poisoned {
+            // A failed write left half an operation in the private copies:
+            // never journal it. Reopening recovers the last durable state.
+            self.overlay.clear();
+            return Err(Error::io(
+                "store is unusable after a failed write",
+                std::io::Error::other("reopen the store to recover"),
+            ));
+        }
         if self.overlay.is_empty() {
             return Ok(());
         }
         if self.journal.is_none() {
-            self.journal = Some(Journal::open(&self.store_path, self.sb.seed)?);
+            // Open already replayed any pending journal; what is left is stale
+            // (another store's, or one left before `create`): start empty.
+            let mut j = Journal::open(&self.store_path, self.sb.seed)?;
+            if j.len() > 0 {
+                j.reset()?;
+            }
+            self.journal = Some(j);
         }
         let mut blocks: Vec<(u64, Box<[u8]>)> = self.overlay.drain().collect();
         blocks.sort_unstable_by_key(|(n, _)| *n);
@@ -589,20 +629,7 @@ impl Inner {
                 return Err(e);
             }
         };
-        // Back every block we are about to touch with disk space first, so a
-        // full disk fails here, before anything changed.
-        for p in [&po, &ps] {
-            let unwritten = BlockRef(self.file.block(p.addr.block)?).is_unwritten();
-            if unwritten {
-                if let Err(e) = self
-                    .file
-                    .reserve(p.addr.block * BLOCK_SIZE as u64, BLOCK_SIZE as u64)
-                {
-                    self.unreserve(&[po, ps]);
-                    return Err(e);
-                }
-            }
-        }
+        // (plan() backed both target blocks with disk space before reading them.)
         let intent = Intent {
             op: IntentOp::Insert,
             object_slot: po.addr,
@@ -660,6 +687,7 @@ impl Inner {
     fn count_change(&mut self, t: &Tag, d: i64) {
         if self.counting {
             self.pending.add(&t.relationship, &t.subject, d);
+            self.outbox.add(&t.relationship, &t.subject, d);
         } else {
             self.counts_stale = true;
         }
@@ -771,6 +799,7 @@ fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<bo
             KIND_SECONDARY
         };
         let kfp = key_fp(key_hash(seed, h, view.relationship, view.key_name(h)));
+        file.reserve(addr.block * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
         let mut b = BlockMut(file.block_mut(addr.block)?);
         if b.as_ref().is_unwritten() {
             b.set_identity(kind, owner, ordinal);
@@ -813,6 +842,7 @@ fn replay_journal(file: &mut MappedFile, geo: &Geometry, path: &Path, seed: u64)
                     .ok_or_else(|| Error::corrupt(format!("journal names impossible block {n}")))?;
                 file.set_len(geo.file_len(s))?;
             }
+            file.reserve(n * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
             file.block_mut(n)?.copy_from_slice(img);
         }
     }
@@ -849,6 +879,16 @@ impl Store {
         };
         let len = geometry.file_len(0);
         let file = MappedFile::create(path, len)?;
+        // No store existed at this path, so a journal beside it is stale.
+        match std::fs::remove_file(journal_path(path)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(
+                    format!("removing stale journal {}", journal_path(path).display()),
+                    e,
+                ))
+            }
+            _ => {}
+        }
         let sb = Superblock {
             geometry,
             secondary_count: 0,
@@ -862,6 +902,7 @@ impl Store {
         let mut inner = Inner {
             tables: Tables::new(&geometry, 0),
             verified: (0..verified_len(len)).map(|_| AtomicU64::new(0)).collect(),
+            reserved: Vec::new(),
             open_hint: vec![NONE; geometry.primary_buckets() as usize],
             file,
             sb: sb.clone(),
@@ -876,6 +917,7 @@ impl Store {
             store_path: path.to_path_buf(),
             sync_hook: None,
             pending: Default::default(),
+            outbox: Default::default(),
             counting: true,
             counts_stale: false,
             next_seq: 0,
@@ -997,6 +1039,7 @@ impl Store {
             .map(|_| AtomicU64::new(0))
             .collect();
         let mut inner = Inner {
+            reserved: Vec::new(),
             open_hint: vec![NONE; geo.primary_buckets() as usize],
             file,
             sb: sb.clone(),
@@ -1013,6 +1056,7 @@ impl Store {
             store_path: path.to_path_buf(),
             sync_hook: None,
             pending: Default::default(),
+            outbox: Default::default(),
             counting: true,
             // After a crash, changes not yet merged into the counts are gone.
             counts_stale: recovered,
