@@ -69,6 +69,9 @@ pub struct Args {
     /// Sweep: target mean primary fill at the loaded tag count.
     #[arg(long, value_delimiter = ',', default_value = "0.25,0.5,0.75")]
     sweep_fill: Vec<f64>,
+    /// Sweep: passes over the grid (alternating direction; best pass per timing).
+    #[arg(long, default_value_t = 2)]
+    sweep_passes: usize,
     /// Sweep: blocks per secondary bucket.
     #[arg(long, value_delimiter = ',', default_value = "16")]
     sweep_bps: Vec<u32>,
