@@ -119,7 +119,16 @@ impl MappedFile {
                 MmapOptions::new().map(file).map(Map::Ro)
             }
         };
-        r.map_err(|e| Error::io(format!("mapping {}", path.display()), e))
+        let m = r.map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
+        // Buckets are reached by hash: random access. Without readahead the
+        // page cache keeps small folios, so writing one block dirties (and
+        // makes the filesystem allocate) that block, not its zero neighbours.
+        let advice = memmap2::Advice::Random;
+        let _ = match &m {
+            Map::Ro(x) => x.advise(advice),
+            Map::Rw(x) => x.advise(advice),
+        };
+        Ok(m)
     }
 
     /// Current length in bytes.
@@ -240,6 +249,17 @@ impl MappedFile {
                 .map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))?;
         }
         Ok(())
+    }
+
+    /// Bytes free for unprivileged use on the file's filesystem.
+    pub fn free_bytes(&self) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fstatvfs fills a zeroed struct for an fd we own.
+        unsafe {
+            let mut st: libc::statvfs = std::mem::zeroed();
+            (libc::fstatvfs(self.file.as_raw_fd(), &mut st) == 0)
+                .then(|| st.f_bavail as u64 * st.f_frsize as u64)
+        }
     }
 
     /// Bytes the filesystem has allocated to the file.

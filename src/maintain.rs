@@ -89,6 +89,22 @@ impl Store {
                     seed: Some(old.seed),
                 },
             )?;
+            // Say up front when the rewrite cannot fit (blocks are still
+            // reserved one by one as they are written).
+            let need = before
+                .allocated_bytes
+                .min(old.len().saturating_mul(2 * 4096 / 25).saturating_mul(3) / 2);
+            if let Some(free) = new.free_bytes() {
+                if free < need {
+                    return Err(Error::io(
+                        format!(
+                            "maintenance needs about {need} free bytes beside {} for the rewrite; {free} are free",
+                            path.display()
+                        ),
+                        std::io::Error::from_raw_os_error(libc::ENOSPC),
+                    ));
+                }
+            }
             if let Some(m) = &meta_before {
                 std::fs::set_permissions(&tmp, m.permissions()).map_err(|e| {
                     Error::io(format!("copying permissions to {}", tmp.display()), e)

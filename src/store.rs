@@ -1315,6 +1315,11 @@ impl Store {
         (out, Ok(()))
     }
 
+    /// Free bytes of the store's filesystem, when known.
+    pub(crate) fn free_bytes(&self) -> Option<u64> {
+        self.read().file.free_bytes()
+    }
+
     /// Inserts tags known to be distinct and absent (maintenance rebuilds).
     pub(crate) fn insert_unique(&self, tags: &[Tag]) -> Result<()> {
         let mut inner = self.write()?;
