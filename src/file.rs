@@ -62,6 +62,20 @@ impl MappedFile {
             return Err(Error::NotAStore(path.to_path_buf()));
         }
         lock(&file, path, writable)?;
+        // A maintenance run may have renamed a new file over the path between
+        // our open and our lock: then we locked the old, unlinked file.
+        {
+            use std::os::unix::fs::MetadataExt;
+            let now = std::fs::metadata(path)
+                .map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?;
+            if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
+                drop(file);
+                return Self::open(path, writable);
+            }
+        }
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?;
         let len = meta.len();
         if len < 2 * BLOCK_SIZE as u64 {
             return Err(Error::NotAStore(path.to_path_buf()));
