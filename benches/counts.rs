@@ -1,7 +1,7 @@
 //! Benchmarks of the tag-usage counters and the tag cloud (`src/counts.rs`):
 //!
 //! * `cloud(rel, 50)` on a store with 100,000 distinct subjects under one
-//!   relationship (Zipf-like usage, ~124k tags), counts already loaded; also
+//!   relationship (Zipf-like usage, 115,518 tags), counts already loaded; also
 //!   `count(subject, rel)`, and (printed once) the first-use cost of loading
 //!   those counts from `STORE.counts` and of rebuilding them from the tags;
 //! * `merge_increments()` of one queued increment of 5,000 distinct
@@ -129,6 +129,7 @@ fn merge(c: &mut Criterion) {
             deltas,
         }
     };
+    let mut each: Vec<Duration> = Vec::new();
     c.bench_function("merge_increments(), one increment of 5k keys", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
@@ -136,22 +137,35 @@ fn merge(c: &mut Criterion) {
                 assert!(s.submit_increment(next()).expect("submit"));
                 let t = Instant::now();
                 let out = s.merge_increments().expect("merge");
-                total += t.elapsed();
+                let d = t.elapsed();
+                total += d;
+                each.push(d);
                 assert_eq!(out.merged, 1);
             }
             total
         })
     });
+    each.sort();
+    let pct = |p: usize| each[(each.len() - 1) * p / 100];
     eprintln!(
-        "collector after the merge bench: version {}, STORE.counts {} bytes",
+        "{} merges of 5k keys: p10 {:?}, median {:?}, p90 {:?}, p99 {:?}, max {:?} \
+         (the slow tail is the merge log folded into a new snapshot); collector at version {}, \
+         STORE.counts {} bytes",
+        each.len(),
+        pct(10),
+        pct(50),
+        pct(90),
+        pct(99),
+        pct(100),
         s.counts_version().expect("version"),
         std::fs::metadata(counts_path(&path)).map_or(0, |m| m.len())
     );
     s.close().expect("close");
 }
 
-/// 200k tags: 50k packages x 4 relationships, 20k distinct subjects per relationship.
-fn insert_data() -> Vec<Tag> {
+/// 200k tags: 50k packages x 4 relationships, up to `subjects` distinct
+/// subjects per relationship (skewed).
+fn insert_data(subjects: u64) -> Vec<Tag> {
     let rels = ["depends_on", "isa", "in_section", "maintained_by"];
     (0..INSERT_TAGS)
         .map(|i| {
@@ -159,7 +173,7 @@ fn insert_data() -> Vec<Tag> {
             let p = i / 4;
             // Skewed: low subject numbers are much more common.
             let x = (p as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-            let subj = (x * x / (1 << 24)) % 20_000;
+            let subj = (x * x / (1 << 24)) % subjects;
             Tag::new(format!("package-{p:06}"), r, format!("{r}-{subj:05}"))
         })
         .collect()
@@ -182,7 +196,7 @@ fn load(path: &Path, tags: &[Tag], counting: bool) -> (Duration, Duration) {
 fn insert_counting(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("insert.tags");
-    let tags = insert_data();
+    let tags = insert_data(20_000);
     let mut g = c.benchmark_group("insert_batch 200k tags");
     g.sample_size(10)
         .sampling_mode(SamplingMode::Flat)
@@ -200,10 +214,26 @@ fn insert_counting(c: &mut Criterion) {
     }
     g.finish();
 
-    // Interleaved A/B: alternate the order so drift hits both alike.
+    ab(
+        &path,
+        &tags,
+        6,
+        "20k subjects/relationship (~80k distinct keys)",
+    );
+    ab(
+        &path,
+        &insert_data(2_000),
+        4,
+        "2k subjects/relationship (~8k distinct keys, below the auto-merge)",
+    );
+}
+
+/// Interleaved A/B of counting on and off: alternates the order so drift
+/// hits both alike; prints medians and the on/off ratio.
+fn ab(path: &Path, tags: &[Tag], rounds: usize, what: &str) {
     let mut ratios = Vec::new();
     let (mut on_ins, mut off_ins, mut on_close, mut off_close) = (vec![], vec![], vec![], vec![]);
-    for round in 0..6 {
+    for round in 0..rounds {
         let order = if round % 2 == 0 {
             [true, false]
         } else {
@@ -211,7 +241,7 @@ fn insert_counting(c: &mut Criterion) {
         };
         let mut pair = [Duration::ZERO; 2];
         for counting in order {
-            let (ins, close) = load(&path, &tags, counting);
+            let (ins, close) = load(path, tags, counting);
             if counting {
                 pair[0] = ins;
                 on_ins.push(ins);
@@ -233,7 +263,7 @@ fn insert_counting(c: &mut Criterion) {
         median(&mut x)
     };
     eprintln!(
-        "interleaved A/B, 6 rounds of 200k tags: insert_batch median {:.1} ms counting on, \
+        "interleaved A/B, {rounds} rounds of 200k tags, {what}: insert_batch median {:.1} ms counting on, \
          {:.1} ms counting off; ratio on/off median {:.3} (each round: {:?}); close median \
          {:.1} ms on, {:.1} ms off",
         ms(&on_ins),
