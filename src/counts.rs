@@ -144,7 +144,9 @@ enum Record {
     },
 }
 
-const MAGIC: &[u8; 8] = b"TSCOUNT1";
+/// Current counts-file magic. `TSCOUNT1` (unsigned snapshot counts) was
+/// never released and is treated like a missing file.
+const MAGIC: &[u8; 8] = b"TSCOUNT2";
 const HEADER: usize = 16;
 
 /// Path of the counts file beside a store.
@@ -540,7 +542,7 @@ impl CountsFile {
 }
 
 /// Distinct pending keys past which a handle merges its own increment.
-pub const AUTO_MERGE_KEYS: usize = 10_000;
+pub const AUTO_MERGE_KEYS: usize = 1_000_000;
 
 /// Counts in memory plus their file (absent for read-only handles that rebuilt).
 pub(crate) struct Loaded {
@@ -574,6 +576,11 @@ impl crate::Store {
                 (g.file.writable(), g.tag_count, g.pending.net())
             };
             let loaded = CountsFile::load(self.path(), self.seed, writable)?;
+            // Ids already merged (or shipped) stay merged across a rebuild.
+            let (prev_processed, prev_version) = loaded
+                .as_ref()
+                .map(|(c, _)| (c.processed.clone(), c.version))
+                .unwrap_or_default();
             let usable = loaded.filter(|(c, _)| {
                 // Counts of our own tags must add up to the tag count, and
                 // must not have lost a record; otherwise rebuild.
@@ -593,7 +600,9 @@ impl crate::Store {
                         g.pending = Pending::default();
                         g.counts_stale = false;
                     }
-                    let counts = Counts::from_counts(count_tags(self)?);
+                    let mut counts = Counts::from_counts(count_tags(self)?);
+                    counts.processed = prev_processed;
+                    counts.version = prev_version;
                     let file = if writable {
                         Some(CountsFile::create(self.path(), self.seed, &counts)?)
                     } else {

@@ -1305,7 +1305,17 @@ enum FirstRecord {
 
 /// Writes `STORE.counts`: magic, seed, then `len`, CRC32, bincode-2 body per record.
 fn write_counts_file<R: serde::Serialize>(store: &Path, seed: u64, records: &[R]) {
-    let mut out = b"TSCOUNT1".to_vec();
+    write_counts_file_with(b"TSCOUNT2", store, seed, records)
+}
+
+/// Writes a counts file with the given magic (`TSCOUNT1` was the first format).
+fn write_counts_file_with<R: serde::Serialize>(
+    magic: &[u8; 8],
+    store: &Path,
+    seed: u64,
+    records: &[R],
+) {
+    let mut out = magic.to_vec();
     out.extend_from_slice(&seed.to_le_bytes());
     for r in records {
         let body = bincode::serde::encode_to_vec(r, bincode::config::standard()).expect("encode");
@@ -1653,7 +1663,8 @@ fn counts_file_of_the_first_format_is_not_misread() {
         c.close().expect("close");
         let delta = vec![(merge.0 .0.to_string(), merge.0 .1.to_string(), merge.1)];
         if first_format {
-            write_counts_file(
+            write_counts_file_with(
+                b"TSCOUNT1",
                 &path,
                 seed,
                 &[
