@@ -509,10 +509,16 @@ fn compare(args: &Args) -> Result<()> {
     );
     // Writes next to a peak: DELETE then re-INSERT the same tag (the store
     // ends as it began), for tags of the peak key and of the quiet rare key.
-    let peak_tags: Vec<&Tag> = tags
+    // Spread over the load order, so over the whole chain of the peak.
+    let all_peak: Vec<&Tag> = tags
         .iter()
         .filter(|t| t.subject == plants.peak_subject && t.relationship == plants.peak_rel)
+        .collect();
+    let peak_tags: Vec<&Tag> = all_peak
+        .iter()
+        .step_by((all_peak.len() / 300).max(1))
         .take(300)
+        .copied()
         .collect();
     let quiet_tags: Vec<&Tag> = tags
         .iter()

@@ -168,8 +168,8 @@ pub fn run(args: &Args) -> Result<()> {
                 num(p.find_rare_in_peak_bucket.p50_us),
                 num(p.stats.allocated_bytes_per_tag),
                 format!("{:.2}", p.stats.allocated_bytes_per_tag / r_bytes),
-                num(p.stats.secondary_linked as f64),
-                num(p.stats.longest_chain as f64),
+                p.stats.secondary_linked.to_string(),
+                p.stats.longest_chain.to_string(),
             ]
         })
         .collect();
