@@ -245,6 +245,14 @@ impl MappedFile {
             .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 
+    /// Reads bytes at an offset with a positioned read (not through the map).
+    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file
+            .read_exact_at(buf, off)
+            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))
+    }
+
     /// Flushes the map and the file to stable storage.
     pub fn flush(&self) -> Result<()> {
         if let Map::Rw(m) = &self.map {
@@ -280,5 +288,48 @@ impl MappedFile {
     pub fn allocated_bytes(&self) -> u64 {
         use std::os::unix::fs::MetadataExt;
         self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+    }
+}
+
+/// Reads blocks in ascending order with large positioned reads: a whole-file
+/// scan (table rebuild) runs at disk speed instead of one page fault per block.
+pub(crate) struct SeqReader<'a> {
+    file: &'a MappedFile,
+    buf: Vec<u8>,
+    start: u64,
+    n: u64,
+}
+
+impl<'a> SeqReader<'a> {
+    /// Blocks read per positioned read.
+    const CHUNK: u64 = 2048;
+
+    /// A reader over `file`.
+    pub fn new(file: &'a MappedFile) -> Self {
+        SeqReader {
+            file,
+            buf: Vec::new(),
+            start: 0,
+            n: 0,
+        }
+    }
+
+    /// Block `b`; reads ahead when `b` is outside the buffered run.
+    pub fn block(&mut self, b: u64) -> Result<&[u8]> {
+        if b < self.start || b >= self.start + self.n {
+            let total = self.file.len() / BLOCK_SIZE as u64;
+            if b >= total {
+                return Err(Error::corrupt(format!(
+                    "block {b} lies past the end of the file"
+                )));
+            }
+            let n = Self::CHUNK.min(total - b);
+            self.buf.resize((n as usize) * BLOCK_SIZE, 0);
+            self.file.read_at(b * BLOCK_SIZE as u64, &mut self.buf)?;
+            self.start = b;
+            self.n = n;
+        }
+        let o = ((b - self.start) as usize) * BLOCK_SIZE;
+        Ok(&self.buf[o..o + BLOCK_SIZE])
     }
 }

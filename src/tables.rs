@@ -245,12 +245,14 @@ impl Tables {
         geometry: &Geometry,
         secondary: u32,
     ) -> Result<Tables> {
+        // One ascending pass over the whole file, in large reads.
+        let mut reader = crate::file::SeqReader::new(file);
         let mut t = Tables::new(geometry, secondary);
         for g in 0..geometry.primary_buckets() {
             let start = geometry.primary_start(g);
             let mut used = 0;
             for b in start..start + geometry.blocks_per_primary as u64 {
-                let blk = BlockRef(file.block(b)?);
+                let blk = BlockRef(reader.block(b)?);
                 if !blk.crc_ok() {
                     return Err(checksum(b));
                 }
@@ -274,7 +276,7 @@ impl Tables {
             let mut used = 0;
             let mut filter = [0u64; 4];
             for b in start..start + geometry.blocks_per_secondary as u64 {
-                let blk = BlockRef(file.block(b)?);
+                let blk = BlockRef(reader.block(b)?);
                 if !blk.crc_ok() {
                     return Err(checksum(b));
                 }
