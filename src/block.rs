@@ -38,12 +38,6 @@ const OFF_TAGFP: usize = 21;
 const OFF_KEYFP: usize = 46;
 const FULL_MASK: u32 = (1 << SLOTS_PER_BLOCK) - 1;
 
-fn rd_u32(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[off..off + 4]);
-    u32::from_le_bytes(a)
-}
-
 /// Read-only view of one block.
 #[derive(Clone, Copy)]
 pub struct BlockRef<'a>(pub &'a [u8]);
@@ -51,7 +45,7 @@ pub struct BlockRef<'a>(pub &'a [u8]);
 impl<'a> BlockRef<'a> {
     /// Stored CRC field.
     pub fn stored_crc(&self) -> u32 {
-        rd_u32(self.0, 0)
+        crate::format::rd32(self.0, 0)
     }
     /// CRC computed over the block body.
     pub fn computed_crc(&self) -> u32 {
@@ -80,7 +74,7 @@ impl<'a> BlockRef<'a> {
     }
     /// Occupancy bitmap (only the low 25 bits are meaningful).
     pub fn bitmap(&self) -> u32 {
-        rd_u32(self.0, OFF_BITMAP)
+        crate::format::rd32(self.0, OFF_BITMAP)
     }
     /// True if the bitmap has bits beyond slot 24.
     pub fn bitmap_valid(&self) -> bool {
@@ -92,11 +86,11 @@ impl<'a> BlockRef<'a> {
     }
     /// Owner primary bucket index.
     pub fn owner(&self) -> u32 {
-        rd_u32(self.0, OFF_OWNER)
+        crate::format::rd32(self.0, OFF_OWNER)
     }
     /// Ordinal in the chain.
     pub fn ordinal(&self) -> u32 {
-        rd_u32(self.0, OFF_ORDINAL)
+        crate::format::rd32(self.0, OFF_ORDINAL)
     }
     /// Whether slot `i` is occupied.
     pub fn occupied(&self, i: usize) -> bool {

@@ -99,26 +99,34 @@ impl Journal {
         let mut expect: Option<u64> = None;
         while data.len() >= at + HEADER {
             let h = &data[at..at + HEADER];
-            if &h[0..4] != MAGIC || u32_at(h, 4) != VERSION || u64_at(h, 8) != self.seed {
+            if &h[0..4] != MAGIC
+                || crate::format::rd32(h, 4) != VERSION
+                || crate::format::rd64(h, 8) != self.seed
+            {
                 break;
             }
-            let seq = u64_at(h, 16);
+            let seq = crate::format::rd64(h, 16);
             if expect.is_some_and(|e| e != seq) {
                 break;
             }
-            let n = u32_at(h, 24) as usize;
+            let n = crate::format::rd32(h, 24) as usize;
             let body = HEADER + n * ENTRY;
             if data.len() < at + body + 8 {
                 break;
             }
             let crc = crc32fast::hash(&data[at..at + body]);
-            if u32_at(&data, at + body) != crc || &data[at + body + 4..at + body + 8] != END {
+            if crate::format::rd32(&data, at + body) != crc
+                || &data[at + body + 4..at + body + 8] != END
+            {
                 break;
             }
             let blocks = (0..n)
                 .map(|i| {
                     let e = at + HEADER + i * ENTRY;
-                    (u64_at(&data, e), data[e + 8..e + ENTRY].to_vec())
+                    (
+                        crate::format::rd64(&data, e),
+                        data[e + 8..e + ENTRY].to_vec(),
+                    )
                 })
                 .collect();
             out.push(Commit { blocks });
@@ -181,18 +189,6 @@ impl Journal {
         std::fs::remove_file(&self.path)
             .map_err(|e| Error::io(format!("removing journal {}", self.path.display()), e))
     }
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[o..o + 4]);
-    u32::from_le_bytes(a)
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
 }
 
 #[cfg(test)]

@@ -449,10 +449,7 @@ impl Inner {
             // A failed write left half an operation in the private copies:
             // never journal it. Reopening recovers the last durable state.
             self.overlay.clear();
-            return Err(Error::io(
-                "store is unusable after a failed write",
-                std::io::Error::other("reopen the store to recover"),
-            ));
+            return Err(poisoned_error());
         }
         if self.overlay.is_empty() {
             return Ok(());
@@ -856,6 +853,14 @@ fn journal_pending(path: &Path) -> bool {
     std::fs::metadata(journal_path(path)).is_ok_and(|m| m.len() > 0)
 }
 
+/// The error every write returns once a failed write left the handle unusable.
+fn poisoned_error() -> Error {
+    Error::io(
+        "store is unusable after a failed write",
+        std::io::Error::other("reopen the store to recover"),
+    )
+}
+
 fn random_u64() -> Result<u64> {
     let mut b = [0u8; 8];
     getrandom::fill(&mut b)
@@ -1123,10 +1128,7 @@ impl Store {
             return Err(Error::ReadOnly);
         }
         if g.poisoned {
-            return Err(Error::io(
-                "store is unusable after a failed write",
-                std::io::Error::other("reopen the store to recover"),
-            ));
+            return Err(poisoned_error());
         }
         Ok(g)
     }
@@ -1339,10 +1341,7 @@ impl Store {
             return Ok(());
         }
         if g.poisoned {
-            return Err(Error::io(
-                "store is unusable after a failed write",
-                std::io::Error::other("reopen the store to recover"),
-            ));
+            return Err(poisoned_error());
         }
         g.commit()
     }

@@ -88,12 +88,6 @@ pub const TABLE_MAGIC: &[u8; 8] = b"TSTABLE1";
 const PRIMARY_ENTRY: usize = 16;
 const SECONDARY_ENTRY: usize = 48;
 
-fn rd32(b: &[u8], o: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[o..o + 4]);
-    u32::from_le_bytes(a)
-}
-
 fn checksum(b: u64) -> Error {
     Error::corrupt(format!(
         "block {b} (byte offset {}) fails its checksum",
@@ -150,8 +144,8 @@ impl Tables {
         if b.len() < 16 || &b[..8] != TABLE_MAGIC {
             return Err(bad("bad magic"));
         }
-        let np = rd32(b, 8) as usize;
-        let ns = rd32(b, 12) as usize;
+        let np = crate::format::rd32(b, 8) as usize;
+        let ns = crate::format::rd32(b, 12) as usize;
         if np != geometry.primary_buckets() as usize || ns != secondary as usize {
             return Err(bad("bucket counts disagree with the superblock"));
         }
@@ -163,18 +157,18 @@ impl Tables {
         let mut at = 16;
         for p in t.primary.iter_mut() {
             *p = PrimaryEntry {
-                used: rd32(b, at),
-                head: rd32(b, at + 4),
-                tail: rd32(b, at + 8),
-                chain: rd32(b, at + 12),
+                used: crate::format::rd32(b, at),
+                head: crate::format::rd32(b, at + 4),
+                tail: crate::format::rd32(b, at + 8),
+                chain: crate::format::rd32(b, at + 12),
             };
             at += PRIMARY_ENTRY;
         }
         for (i, s) in t.secondary.iter_mut().enumerate() {
-            s.owner = rd32(b, at);
-            s.ordinal = rd32(b, at + 4);
-            s.next = rd32(b, at + 8);
-            s.used = rd32(b, at + 12);
+            s.owner = crate::format::rd32(b, at);
+            s.ordinal = crate::format::rd32(b, at + 4);
+            s.next = crate::format::rd32(b, at + 8);
+            s.used = crate::format::rd32(b, at + 12);
             for (k, w) in s.filter.iter_mut().enumerate() {
                 let mut a = [0u8; 8];
                 a.copy_from_slice(&b[at + 16 + 8 * k..at + 24 + 8 * k]);
