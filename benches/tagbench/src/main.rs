@@ -1,7 +1,8 @@
-//! tagbench: tagstore against SQLite and redb on one seeded synthetic tag
-//! set, and (`--sweep`) a sweep of tagstore's bucket geometry.
+//! tagbench: tagstore against SQLite, redb, LMDB (heed) and fjall on one
+//! seeded synthetic tag set, and (`--sweep`) a sweep of tagstore's bucket
+//! geometry.
 //!
-//! Usage: `cargo run --release -p tagbench -- [--tags N] [--engines tagstore,sqlite,redb] [--json FILE]`
+//! Usage: `cargo run --release -p tagbench -- [--tags N] [--engines tagstore,sqlite,redb,lmdb,fjall] [--json FILE]`
 //! and `cargo run --release -p tagbench -- --sweep`. See benches/README.md.
 
 mod data;
@@ -12,7 +13,7 @@ mod sweep;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use data::{Dataset, Plants, Rng, RARE_TAGS, RELS, REL_WEIGHTS, ZIPF_S};
-use engines::Engine;
+use engines::{Engine, Files, Finder};
 use report::{num, Lat, Machine};
 use serde::Serialize;
 use std::ops::Range;
@@ -27,14 +28,18 @@ pub const STORE_SEED: u64 = 0x7A65_7374_6F72_6521;
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "tagbench",
-    about = "Benchmarks tagstore against SQLite and redb"
+    about = "Benchmarks tagstore against SQLite, redb, LMDB and fjall"
 )]
 pub struct Args {
     /// Tags to bulk load.
     #[arg(long, default_value_t = 1_000_000)]
     tags: usize,
     /// Engines, comma separated (tagstore is always the reference column).
-    #[arg(long, value_delimiter = ',', default_value = "tagstore,sqlite,redb")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tagstore,sqlite,redb,lmdb,fjall"
+    )]
     engines: Vec<String>,
     /// Also write the results as JSON to this file.
     #[arg(long)]
@@ -46,10 +51,10 @@ pub struct Args {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// FINDs by object (few results each).
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 1_000_000)]
     object_finds: usize,
-    /// FINDs by subject, subjects drawn Zipf.
-    #[arg(long, default_value_t = 10_000)]
+    /// FINDs by subject, subjects drawn Zipf (run on 1 thread, then on 2).
+    #[arg(long, default_value_t = 100_000)]
     subject_finds: usize,
     /// Operations of the Flickr++ mix.
     #[arg(long, default_value_t = 20_000)]
@@ -57,6 +62,15 @@ pub struct Args {
     /// FINDs of each planted rare key (peak isolation).
     #[arg(long, default_value_t = 10_000)]
     peak_finds: usize,
+    /// Individually durable inserts (fresh tags, fsynced one by one).
+    #[arg(long, default_value_t = 1_000)]
+    durable_singles: usize,
+    /// Durable batches (one fsynced commit each).
+    #[arg(long, default_value_t = 100)]
+    durable_batches: usize,
+    /// Tags per durable batch.
+    #[arg(long, default_value_t = 1_000)]
+    durable_batch_size: usize,
     /// Print the tables as Markdown too.
     #[arg(long)]
     markdown: bool,
@@ -120,43 +134,80 @@ fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {
     Ok((v, t.elapsed().as_secs_f64()))
 }
 
+/// What a run of FINDs returned.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Found {
+    /// Tags delivered.
+    pub results: u64,
+    /// Bytes of the delivered subjects/objects.
+    pub bytes: u64,
+}
+
+impl std::ops::AddAssign for Found {
+    fn add_assign(&mut self, o: Found) {
+        self.results += o.results;
+        self.bytes += o.bytes;
+    }
+}
+
+/// One FIND on an engine; counts the results and sums their bytes (which
+/// also keeps the visitor from being optimised away).
+fn find_one(e: &mut dyn Engine, key: &str, rel: &str, by_object: bool) -> Result<Found> {
+    let mut n = Found::default();
+    let mut f = |s: &[u8]| {
+        n.results += 1;
+        n.bytes += s.len() as u64;
+    };
+    if by_object {
+        e.find_subjects(key, rel, &mut f)?;
+    } else {
+        e.find_objects(key, rel, &mut f)?;
+    }
+    Ok(n)
+}
+
+/// FINDs on a second read handle (a thread of the 2-thread row).
+fn reader_finds(r: &mut dyn Finder, qs: &[(&str, &str)], by_object: bool) -> Result<Found> {
+    let mut n = Found::default();
+    let mut f = |s: &[u8]| {
+        n.results += 1;
+        n.bytes += s.len() as u64;
+    };
+    for (k, rel) in qs {
+        if by_object {
+            r.find_subjects(k, rel, &mut f)?;
+        } else {
+            r.find_objects(k, rel, &mut f)?;
+        }
+    }
+    Ok(n)
+}
+
 /// Runs `qs` FINDs (by object when `by_object`), each timed.
-pub fn time_finds(
-    e: &mut dyn Engine,
-    qs: &[(&str, &str)],
-    by_object: bool,
-    out: &mut Vec<String>,
-) -> Result<Lat> {
+pub fn time_finds(e: &mut dyn Engine, qs: &[(&str, &str)], by_object: bool) -> Result<Lat> {
     let mut ns = Vec::with_capacity(qs.len());
-    let (total, results) = time_finds_raw(e, qs, by_object, out, &mut ns)?;
-    Ok(Lat::new(ns, total, results))
+    let (total, found) = time_finds_raw(e, qs, by_object, &mut ns)?;
+    Ok(Lat::new(ns, total, found.results).with_bytes(found.bytes))
 }
 
 /// Runs FINDs, appending each one's nanoseconds to `ns`; returns the summed
-/// time of the FINDs alone and the tags they returned.
+/// time of the FINDs alone and what they returned.
 pub fn time_finds_raw(
     e: &mut dyn Engine,
     qs: &[(&str, &str)],
     by_object: bool,
-    out: &mut Vec<String>,
     ns: &mut Vec<u64>,
-) -> Result<(Duration, u64)> {
-    let mut results = 0u64;
+) -> Result<(Duration, Found)> {
+    let mut found = Found::default();
     let mut total = Duration::ZERO;
     for (k, r) in qs {
-        out.clear();
         let t = Instant::now();
-        if by_object {
-            e.find_subjects(k, r, out)?;
-        } else {
-            e.find_objects(k, r, out)?;
-        }
+        found += find_one(e, k, r, by_object)?;
         let d = t.elapsed();
         total += d;
         ns.push(d.as_nanos() as u64);
-        results += out.len() as u64;
     }
-    Ok((total, results))
+    Ok((total, found))
 }
 
 fn check_same(what: &str, names: &[String], counts: &[u64]) {
@@ -170,6 +221,82 @@ fn check_same(what: &str, names: &[String], counts: &[u64]) {
     }
 }
 
+/// Checks that every engine returned as many tags, and as many bytes.
+fn check_found(what: &str, names: &[String], found: &[Found]) {
+    check_same(
+        &format!("{what} (tags)"),
+        names,
+        &found.iter().map(|f| f.results).collect::<Vec<_>>(),
+    );
+    check_same(
+        &format!("{what} (bytes)"),
+        names,
+        &found.iter().map(|f| f.bytes).collect::<Vec<_>>(),
+    );
+}
+
+fn lat_found(l: &[Lat]) -> Vec<Found> {
+    l.iter()
+        .map(|l| Found {
+            results: l.results,
+            bytes: l.bytes,
+        })
+        .collect()
+}
+
+/// An integer with thousands separators.
+fn int(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+/// The engines under test, and the background work each was waited for.
+struct Bench {
+    engines: Vec<Box<dyn Engine>>,
+    /// Untimed waits for background work after each engine's turns.
+    settle: Vec<Duration>,
+}
+
+impl Bench {
+    /// Runs `f(engine index, engine, range)` over `0..n` in rounds of
+    /// `chunk`, the engines taking turns (the first one rotating); after each
+    /// turn the engine's background work is waited for, untimed.
+    fn rounds(
+        &mut self,
+        n: usize,
+        chunk: usize,
+        mut f: impl FnMut(usize, &mut dyn Engine, Range<usize>) -> Result<()>,
+    ) -> Result<()> {
+        let Bench { engines, settle } = self;
+        turns(engines.len(), n, chunk, |i, r| {
+            f(i, engines[i].as_mut(), r)?;
+            let t = Instant::now();
+            engines[i]
+                .settle()
+                .with_context(|| format!("{}: settle", engines[i].name()))?;
+            settle[i] += t.elapsed();
+            Ok(())
+        })
+    }
+
+    fn settle_s(&self) -> Vec<f64> {
+        self.settle.iter().map(Duration::as_secs_f64).collect()
+    }
+
+    fn files(&mut self) -> Result<Vec<Files>> {
+        self.engines.iter_mut().map(|e| e.files()).collect()
+    }
+}
+
 fn compare(args: &Args) -> Result<()> {
     let mut names: Vec<String> = args.engines.iter().map(|s| s.trim().to_string()).collect();
     names.retain(|s| !s.is_empty());
@@ -177,6 +304,14 @@ fn compare(args: &Args) -> Result<()> {
     if names.first().map(String::as_str) != Some("tagstore") {
         names.retain(|n| n != "tagstore");
         names.insert(0, "tagstore".into());
+    }
+    for n in &names {
+        if !engines::ENGINES.contains(&n.as_str()) {
+            bail!(
+                "unknown engine {n:?} (known: {})",
+                engines::ENGINES.join(", ")
+            );
+        }
     }
     let machine = Machine::probe();
     machine.print();
@@ -198,7 +333,13 @@ fn compare(args: &Args) -> Result<()> {
     let gen_s = t.elapsed().as_secs_f64();
     let mean_len =
         tags.iter().map(|t| t.encoded_len() - 4).sum::<usize>() as f64 / tags.len() as f64;
-    let settings = serde_json::json!({
+    let peers: Vec<(&str, &str)> = vec![
+        ("sqlite", engines::SQLITE_SETTINGS),
+        ("redb", engines::REDB_SETTINGS),
+        ("lmdb", engines::LMDB_SETTINGS),
+        ("fjall", engines::FJALL_SETTINGS),
+    ];
+    let mut settings = serde_json::json!({
         "tags": n,
         "seed": args.seed,
         "objects": ds.objects.len(),
@@ -209,16 +350,24 @@ fn compare(args: &Args) -> Result<()> {
         "mean_tag_bytes": mean_len,
         "tagstore": format!(
             "default geometry for {n} expected tags: {} primary buckets per half x {} blocks, \
-             {}-block secondary buckets; seed fixed; insert_batch for the load; sync() = msync+fsync",
-            geo.primary_buckets_per_half, geo.blocks_per_primary, geo.blocks_per_secondary
+             {}-block secondary buckets; seed fixed; insert_batch for the load, delete_batch for \
+             the bulk delete; Durability::None, sync() = msync+fsync; {}",
+            geo.primary_buckets_per_half,
+            geo.blocks_per_primary,
+            geo.blocks_per_secondary,
+            engines::TAGSTORE_DURABLE
         ),
-        "sqlite": engines::SQLITE_SETTINGS,
-        "redb": engines::REDB_SETTINGS,
         "object_finds": args.object_finds,
         "subject_finds": args.subject_finds,
         "mix_ops": args.mix_ops,
         "peak_finds": args.peak_finds,
+        "durable_singles": args.durable_singles,
+        "durable_batches": args.durable_batches,
+        "durable_batch_size": args.durable_batch_size,
     });
+    for (name, s) in &peers {
+        settings[*name] = serde_json::json!(s);
+    }
     println!(
         "data:    {} tags ({:.1} bytes of strings on average), {} objects uniform, {} subjects Zipf({ZIPF_S}), \
          relationships {:?} weighted {:?}; seed {}; generated in {gen_s:.1} s",
@@ -231,8 +380,11 @@ fn compare(args: &Args) -> Result<()> {
         args.seed
     );
     println!("tagstore: {}", settings["tagstore"].as_str().unwrap_or(""));
-    println!("sqlite:  {}", engines::SQLITE_SETTINGS);
-    println!("redb:    {}", engines::REDB_SETTINGS);
+    for (name, s) in &peers {
+        if names.iter().any(|n| n == name) {
+            println!("{:<8} {s}", format!("{name}:"));
+        }
+    }
     println!(
         "peak isolation: peak key <*, {}, {:?}> has {} tags; its subject-half bucket {} holds {} tags \
          (capacity {}); rare key {:?} ({} tags) shares it; rare key {:?} sits in bucket {} holding {} tags",
@@ -281,6 +433,22 @@ fn compare(args: &Args) -> Result<()> {
             (k.as_str(), plants.rel)
         })
         .collect();
+    // Fresh tags for the durable rows (objects no other phase uses).
+    let n_durable = args.durable_singles + args.durable_batches * args.durable_batch_size;
+    let durable_tags: Vec<Tag> = (0..n_durable)
+        .map(|i| {
+            Tag::new(
+                format!("durable/{:04}/IMG_{i:07}.jpg", i / 1000),
+                RELS[rng.rel()],
+                ds.subjects[ds.zipf.sample(&mut rng)].as_str(),
+            )
+        })
+        .collect();
+    // Every other tag of the load order, for "delete half the tags".
+    let half: Vec<Tag> = tags.iter().step_by(2).cloned().collect();
+    // FINDs by object that check the engines agree after the bulk delete
+    // and again after compaction.
+    let check_q = &obj_q[..obj_q.len().min(5_000)];
 
     let base = match &args.dir {
         Some(d) => {
@@ -292,7 +460,8 @@ fn compare(args: &Args) -> Result<()> {
     println!("files:   {}", base.path().display());
     println!(
         "method:  every phase runs in rounds, the engines taking turns (order rotating), so \
-         that load from other processes falls on all of them alike"
+         that load from other processes falls on all of them alike; after each turn an engine's \
+         background work (fjall's flushes and compactions) is waited for, untimed"
     );
     println!();
 
@@ -307,16 +476,19 @@ fn compare(args: &Args) -> Result<()> {
         })
     };
     let mut detail = Vec::new();
-    let mut out = Vec::with_capacity(1 << 16);
 
     // Bulk load in rounds of 50,000 tags, then one durable sync each.
-    let mut engines: Vec<Box<dyn Engine>> = Vec::new();
+    let mut b = Bench {
+        engines: Vec::new(),
+        settle: vec![Duration::ZERO; ne],
+    };
     for name in &names {
-        engines.push(engines::open(name, &base.path().join(name), &opts)?);
+        b.engines
+            .push(engines::open(name, &base.path().join(name), &opts)?);
     }
     eprintln!("bulk load of {} tags", tags.len());
     let mut acc = accs(ne);
-    rounds(&mut engines, tags.len(), 50_000, |i, e, r| {
+    b.rounds(tags.len(), 50_000, |i, e, r| {
         let t = Instant::now();
         e.load(&tags[r])
             .with_context(|| format!("{}: load", e.name()))?;
@@ -324,11 +496,12 @@ fn compare(args: &Args) -> Result<()> {
         Ok(())
     })?;
     let load_s: Vec<f64> = acc.iter().map(|a| a.total.as_secs_f64()).collect();
-    let (mut sync_s, mut bytes) = (vec![], vec![]);
-    for e in engines.iter_mut() {
+    let load_settle = b.settle_s();
+    let (mut sync_s, mut files) = (vec![], vec![]);
+    for e in b.engines.iter_mut() {
         let ((), s) = timed(|| e.sync()).with_context(|| format!("{}: sync", e.name()))?;
         sync_s.push(s);
-        bytes.push(e.allocated_bytes()? as f64);
+        files.push(e.files()?);
     }
     let nt = tags.len() as f64;
     row(
@@ -349,27 +522,36 @@ fn compare(args: &Args) -> Result<()> {
     );
     row("final sync", "s", Some(false), sync_s.clone());
     row(
+        "background work after load turns (waited, not in the rows above)",
+        "s",
+        None,
+        load_settle.clone(),
+    );
+    row(
         "allocated bytes per tag",
         "B",
         Some(false),
-        bytes.iter().map(|b| b / nt).collect(),
+        files.iter().map(|f| f.allocated as f64 / nt).collect(),
     );
+    detail.push(serde_json::json!({
+        "phase": "bulk_load",
+        "load_s": load_s,
+        "sync_s": sync_s,
+        "background_s": load_settle,
+        "files": files,
+    }));
 
     // FIND by object: few results each.
     eprintln!("{} FINDs by object", obj_q.len());
-    for e in engines.iter_mut() {
-        time_finds(e.as_mut(), &obj_q[..obj_q.len().min(2_000)], true, &mut out)?;
+    for e in b.engines.iter_mut() {
+        time_finds(e.as_mut(), &obj_q[..obj_q.len().min(2_000)], true)?;
     }
     let mut acc = accs(ne);
-    rounds(&mut engines, obj_q.len(), 10_000, |i, e, r| {
-        acc[i].finds(e, &obj_q[r], true, &mut out)
+    b.rounds(obj_q.len(), 10_000, |i, e, r| {
+        acc[i].finds(e, &obj_q[r], true)
     })?;
     let lats: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
-    check_same(
-        "FIND-by-object results",
-        &names,
-        &lats.iter().map(|l| l.results).collect::<Vec<_>>(),
-    );
+    check_found("FIND-by-object results", &names, &lat_found(&lats));
     row(
         "FIND by object p50",
         "µs",
@@ -392,67 +574,110 @@ fn compare(args: &Args) -> Result<()> {
 
     // FIND by subject, Zipf: throughput in tags delivered.
     eprintln!("{} FINDs by subject (Zipf)", subj_q.len());
-    for e in engines.iter_mut() {
-        time_finds(
-            e.as_mut(),
-            &subj_q[..subj_q.len().min(200)],
-            false,
-            &mut out,
-        )?;
+    for e in b.engines.iter_mut() {
+        time_finds(e.as_mut(), &subj_q[..subj_q.len().min(200)], false)?;
     }
     let mut acc = accs(ne);
-    rounds(&mut engines, subj_q.len(), 1_000, |i, e, r| {
-        acc[i].finds(e, &subj_q[r], false, &mut out)
+    b.rounds(subj_q.len(), 1_000, |i, e, r| {
+        acc[i].finds(e, &subj_q[r], false)
     })?;
-    let lats: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
-    check_same(
-        "FIND-by-subject results",
-        &names,
-        &lats.iter().map(|l| l.results).collect::<Vec<_>>(),
-    );
+    let subj_lats: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
+    check_found("FIND-by-subject results", &names, &lat_found(&subj_lats));
     row(
         "FIND by subject (Zipf), delivered",
         "tags/s",
         Some(true),
-        lats.iter().map(Lat::results_per_s).collect(),
+        subj_lats.iter().map(Lat::results_per_s).collect(),
     );
     row(
         "FIND by subject (Zipf) p50",
         "µs",
         Some(false),
-        lats.iter().map(|l| l.p50_us).collect(),
+        subj_lats.iter().map(|l| l.p50_us).collect(),
     );
-    detail.push(serde_json::json!({"phase": "find_by_subject_zipf", "lat": lats}));
+    detail.push(serde_json::json!({"phase": "find_by_subject_zipf", "lat": subj_lats}));
+
+    // The same FINDs on 2 threads, each with its own read handle; wall time.
+    eprintln!("{} FINDs by subject (Zipf) on 2 threads", subj_q.len());
+    let mut readers: Vec<[Box<dyn Finder>; 2]> = Vec::with_capacity(ne);
+    for e in b.engines.iter_mut() {
+        let mut pair = [e.reader()?, e.reader()?];
+        for r in pair.iter_mut() {
+            reader_finds(r.as_mut(), &subj_q[..subj_q.len().min(200)], false)?;
+        }
+        readers.push(pair);
+    }
+    let mut wall = vec![Duration::ZERO; ne];
+    let mut found2 = vec![Found::default(); ne];
+    turns(ne, subj_q.len(), 1_000, |i, r| {
+        let qs = &subj_q[r];
+        let (q0, q1) = qs.split_at(qs.len().div_ceil(2));
+        let [r0, r1] = &mut readers[i];
+        let t = Instant::now();
+        let (a, c) = std::thread::scope(|s| {
+            let h0 = s.spawn(|| reader_finds(r0.as_mut(), q0, false));
+            let h1 = s.spawn(|| reader_finds(r1.as_mut(), q1, false));
+            (h0.join(), h1.join())
+        });
+        wall[i] += t.elapsed();
+        for h in [a, c] {
+            found2[i] += h.map_err(|_| anyhow::anyhow!("{}: FIND thread panicked", names[i]))??;
+        }
+        Ok(())
+    })?;
+    drop(readers);
+    check_found("FIND-by-subject results on 2 threads", &names, &found2);
+    let tps2: Vec<f64> = found2
+        .iter()
+        .zip(&wall)
+        .map(|(f, w)| f.results as f64 / w.as_secs_f64().max(1e-12))
+        .collect();
+    row(
+        "FIND by subject (Zipf) on 2 threads, delivered",
+        "tags/s",
+        Some(true),
+        tps2.clone(),
+    );
+    row(
+        "2 threads ÷ 1 thread (same engine)",
+        "×",
+        None,
+        tps2.iter()
+            .zip(&subj_lats)
+            .map(|(t, l)| t / l.results_per_s())
+            .collect(),
+    );
+    detail.push(serde_json::json!({
+        "phase": "find_by_subject_zipf_2_threads",
+        "wall_s": wall.iter().map(Duration::as_secs_f64).collect::<Vec<_>>(),
+        "results": found2.iter().map(|f| f.results).collect::<Vec<_>>(),
+        "tags_per_s": tps2,
+    }));
 
     // Peak isolation: the same rare FIND with and without a peak in its bucket.
     eprintln!("peak isolation: {} FINDs of each rare key", args.peak_finds);
-    for e in engines.iter_mut() {
-        time_finds(
-            e.as_mut(),
-            &peak_q[..peak_q.len().min(200)],
-            false,
-            &mut out,
-        )?;
+    for e in b.engines.iter_mut() {
+        time_finds(e.as_mut(), &peak_q[..peak_q.len().min(200)], false)?;
     }
     let (mut peak, mut quiet) = (accs(ne), accs(ne));
-    rounds(&mut engines, peak_q.len(), 2_000, |i, e, r| {
+    b.rounds(peak_q.len(), 2_000, |i, e, r| {
         for (j, q) in peak_q[r].iter().enumerate() {
             let a = if j % 2 == 0 {
                 &mut peak[i]
             } else {
                 &mut quiet[i]
             };
-            a.finds(e, std::slice::from_ref(q), false, &mut out)?;
+            a.finds(e, std::slice::from_ref(q), false)?;
         }
         Ok(())
     })?;
     for (i, a) in peak.iter().chain(quiet.iter()).enumerate() {
         let want = (RARE_TAGS * a.ns.len()) as u64;
-        if a.results != want {
+        if a.found.results != want {
             eprintln!(
                 "WARNING: {}: rare key FIND returned {} tags, expected {want}",
                 names[i % ne],
-                a.results
+                a.found.results
             );
         }
     }
@@ -494,9 +719,7 @@ fn compare(args: &Args) -> Result<()> {
     // For scale: FIND of the peak key itself.
     let big_q = vec![(plants.peak_subject.as_str(), plants.peak_rel); 50];
     let mut big = accs(ne);
-    rounds(&mut engines, big_q.len(), 10, |i, e, r| {
-        big[i].finds(e, &big_q[r], false, &mut out)
-    })?;
+    b.rounds(big_q.len(), 10, |i, e, r| big[i].finds(e, &big_q[r], false))?;
     let big: Vec<Lat> = big.into_iter().map(Acc::lat).collect();
     row(
         &format!(
@@ -525,7 +748,7 @@ fn compare(args: &Args) -> Result<()> {
         .filter(|t| t.subject == plants.rare_quiet)
         .collect();
     let mut wr = [accs(ne), accs(ne), accs(ne), accs(ne)];
-    rounds(&mut engines, peak_tags.len(), 50, |i, e, r| {
+    b.rounds(peak_tags.len(), 50, |i, e, r| {
         for j in r {
             for (c, t) in [(0, peak_tags[j]), (2, quiet_tags[j % quiet_tags.len()])] {
                 let t0 = Instant::now();
@@ -570,21 +793,20 @@ fn compare(args: &Args) -> Result<()> {
         "peak_key": big,
     }));
 
-    // Flickr++ mix (mutates the stores, so it runs last).
+    // Flickr++ mix (mutates the stores, so it runs after the read rows).
     eprintln!("Flickr++ mix of {} operations", mix.len());
     let mut acc = accs(ne);
-    rounds(&mut engines, mix.len(), 1_000, |i, e, r| {
+    b.rounds(mix.len(), 1_000, |i, e, r| {
         let a = &mut acc[i];
         for op in &mix[r] {
-            out.clear();
             let t = Instant::now();
             let kind = match op {
                 Op::FindSubject(s) => {
-                    e.find_objects(&ds.subjects[*s], "isa", &mut out)?;
+                    a.found += find_one(e, &ds.subjects[*s], "isa", false)?;
                     0
                 }
                 Op::FindObject(o) => {
-                    e.find_subjects(&ds.objects[*o], "owns", &mut out)?;
+                    a.found += find_one(e, &ds.objects[*o], "owns", true)?;
                     0
                 }
                 Op::Delete(k) => {
@@ -604,7 +826,6 @@ fn compare(args: &Args) -> Result<()> {
                 2 => a.inserts_ns.push(d.as_nanos() as u64),
                 _ => {}
             }
-            a.results += out.len() as u64;
         }
         Ok(())
     })?;
@@ -622,11 +843,7 @@ fn compare(args: &Args) -> Result<()> {
         .map(|a| Lat::new(std::mem::take(&mut a.deletes_ns), a.total, 0))
         .collect();
     let mix_lat: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
-    check_same(
-        "mix results",
-        &names,
-        &mix_lat.iter().map(|l| l.results).collect::<Vec<_>>(),
-    );
+    check_found("mix results", &names, &lat_found(&mix_lat));
     row(
         "Flickr++ mix",
         "ops/s",
@@ -664,7 +881,197 @@ fn compare(args: &Args) -> Result<()> {
         "deletes": delete_lat,
     }));
 
-    for e in engines {
+    // Durable writes: fresh tags, each commit fsynced before it returns.
+    let (singles, batch) = (args.durable_singles, args.durable_batch_size.max(1));
+    eprintln!(
+        "{singles} durable inserts, {} durable batches of {batch}",
+        args.durable_batches
+    );
+    for e in b.engines.iter_mut() {
+        e.set_durable(true)
+            .with_context(|| format!("{}: durable mode", e.name()))?;
+    }
+    let mut acc = accs(ne);
+    b.rounds(singles, 50, |i, e, r| {
+        for t in &durable_tags[r] {
+            let t0 = Instant::now();
+            let new = e.insert_durable(t)?;
+            let d = t0.elapsed();
+            if !new {
+                bail!(
+                    "{}: durable insert of a fresh tag changed nothing",
+                    e.name()
+                );
+            }
+            acc[i].total += d;
+            acc[i].ns.push(d.as_nanos() as u64);
+        }
+        Ok(())
+    })?;
+    let single_lat: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
+    let mut acc = accs(ne);
+    b.rounds(args.durable_batches, 1, |i, e, r| {
+        for k in r {
+            let s = singles + k * batch;
+            let t0 = Instant::now();
+            e.insert_batch_durable(&durable_tags[s..s + batch])?;
+            let d = t0.elapsed();
+            acc[i].total += d;
+            acc[i].ns.push(d.as_nanos() as u64);
+        }
+        Ok(())
+    })?;
+    let batch_lat: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
+    for e in b.engines.iter_mut() {
+        e.set_durable(false)
+            .with_context(|| format!("{}: leaving durable mode", e.name()))?;
+    }
+    row(
+        &format!("{} individually durable inserts", int(singles)),
+        "tags/s",
+        Some(true),
+        single_lat.iter().map(Lat::ops_per_s).collect(),
+    );
+    row(
+        "individually durable insert p50",
+        "µs",
+        Some(false),
+        single_lat.iter().map(|l| l.p50_us).collect(),
+    );
+    row(
+        &format!(
+            "{} batches of {} durable",
+            int(args.durable_batches),
+            int(batch)
+        ),
+        "tags/s",
+        Some(true),
+        batch_lat
+            .iter()
+            .map(|l| l.ops_per_s() * batch as f64)
+            .collect(),
+    );
+    detail.push(serde_json::json!({
+        "phase": "durable_inserts",
+        "singles": single_lat,
+        "batches": batch_lat,
+        "batch_size": batch,
+    }));
+
+    // Delete half the tags (every other one of the load order), then one
+    // durable sync.
+    eprintln!("deleting {} tags (half)", half.len());
+    let mut acc = accs(ne);
+    b.rounds(half.len(), 50_000, |i, e, r| {
+        let t = Instant::now();
+        e.delete_many(&half[r])
+            .with_context(|| format!("{}: delete", e.name()))?;
+        acc[i].total += t.elapsed();
+        Ok(())
+    })?;
+    let mut del_s: Vec<f64> = acc.iter().map(|a| a.total.as_secs_f64()).collect();
+    for (i, e) in b.engines.iter_mut().enumerate() {
+        let ((), s) = timed(|| e.sync()).with_context(|| format!("{}: sync", e.name()))?;
+        del_s[i] += s;
+    }
+    row(
+        &format!(
+            "delete half the tags ({}), incl. final sync",
+            int(half.len())
+        ),
+        "tags/s",
+        Some(true),
+        del_s.iter().map(|s| half.len() as f64 / s).collect(),
+    );
+    let mut after_delete = vec![Found::default(); ne];
+    for (i, e) in b.engines.iter_mut().enumerate() {
+        for (k, r) in check_q {
+            after_delete[i] += find_one(e.as_mut(), k, r, true)?;
+        }
+    }
+    check_found(
+        "FIND-by-object results after deleting half",
+        &names,
+        &after_delete,
+    );
+
+    // Compaction: sizes before and after.
+    eprintln!("compaction");
+    let before = b.files()?;
+    let mut compact_s = Vec::with_capacity(ne);
+    let mut compacted: Vec<Box<dyn Engine>> = Vec::with_capacity(ne);
+    for e in std::mem::take(&mut b.engines) {
+        let name = e.name();
+        let (e, s) = timed(|| e.compact()).with_context(|| format!("{name}: compaction"))?;
+        compact_s.push(s);
+        compacted.push(e);
+    }
+    b.engines = compacted;
+    let after = b.files()?;
+    let mut after_compact = vec![Found::default(); ne];
+    for (i, e) in b.engines.iter_mut().enumerate() {
+        for (k, r) in check_q {
+            after_compact[i] += find_one(e.as_mut(), k, r, true)?;
+        }
+        if after_compact[i].results != after_delete[i].results {
+            eprintln!(
+                "WARNING: {}: {} FIND results after compaction, {} before",
+                names[i], after_compact[i].results, after_delete[i].results
+            );
+        }
+    }
+    let mib = |f: &[Files], alloc: bool| -> Vec<f64> {
+        f.iter()
+            .map(|f| (if alloc { f.allocated } else { f.bytes }) as f64 / MIB)
+            .collect()
+    };
+    row(
+        "after deleting half: file size",
+        "MiB",
+        Some(false),
+        mib(&before, false),
+    );
+    row(
+        "after deleting half: allocated",
+        "MiB",
+        Some(false),
+        mib(&before, true),
+    );
+    row("compaction", "s", Some(false), compact_s.clone());
+    row(
+        "after compaction: file size",
+        "MiB",
+        Some(false),
+        mib(&after, false),
+    );
+    row(
+        "after compaction: allocated",
+        "MiB",
+        Some(false),
+        mib(&after, true),
+    );
+    detail.push(serde_json::json!({
+        "phase": "delete_half_and_compaction",
+        "deleted": half.len(),
+        "delete_s": del_s,
+        "files_before": before,
+        "compaction_s": compact_s,
+        "files_after": after,
+    }));
+
+    let settle_total = b.settle_s();
+    row(
+        "background work after all other turns (waited, untimed)",
+        "s",
+        None,
+        settle_total
+            .iter()
+            .zip(&load_settle)
+            .map(|(t, l)| t - l)
+            .collect(),
+    );
+
+    for e in b.engines {
         e.close()?;
     }
 
@@ -703,7 +1110,7 @@ struct Acc {
     inserts_ns: Vec<u64>,
     deletes_ns: Vec<u64>,
     total: Duration,
-    results: u64,
+    found: Found,
     changed: u64,
 }
 
@@ -712,32 +1119,15 @@ fn accs(n: usize) -> Vec<Acc> {
 }
 
 impl Acc {
-    fn finds(
-        &mut self,
-        e: &mut dyn Engine,
-        qs: &[(&str, &str)],
-        by_object: bool,
-        out: &mut Vec<String>,
-    ) -> Result<()> {
-        let l = time_finds_raw(e, qs, by_object, out, &mut self.ns)?;
-        self.total += l.0;
-        self.results += l.1;
+    fn finds(&mut self, e: &mut dyn Engine, qs: &[(&str, &str)], by_object: bool) -> Result<()> {
+        let (d, f) = time_finds_raw(e, qs, by_object, &mut self.ns)?;
+        self.total += d;
+        self.found += f;
         Ok(())
     }
     fn lat(self) -> Lat {
-        Lat::new(self.ns, self.total, self.results)
+        Lat::new(self.ns, self.total, self.found.results).with_bytes(self.found.bytes)
     }
-}
-
-/// Runs `f(engine index, engine, range)` over `0..n` in rounds of `chunk`,
-/// the engines taking turns; the first engine of a round rotates.
-fn rounds(
-    engines: &mut [Box<dyn Engine>],
-    n: usize,
-    chunk: usize,
-    mut f: impl FnMut(usize, &mut dyn Engine, Range<usize>) -> Result<()>,
-) -> Result<()> {
-    turns(engines.len(), n, chunk, |i, r| f(i, engines[i].as_mut(), r))
 }
 
 /// Calls `f(participant, range)` over `0..n` in rounds of `chunk`, each of

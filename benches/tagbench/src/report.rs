@@ -13,6 +13,8 @@ pub struct Lat {
     pub mean_us: f64,
     /// Tags the operations returned in all.
     pub results: u64,
+    /// Bytes of the returned subjects/objects in all (every engine must agree).
+    pub bytes: u64,
 }
 
 impl Lat {
@@ -37,7 +39,12 @@ impl Lat {
                 ns.iter().sum::<u64>() as f64 / ops as f64 / 1e3
             },
             results,
+            bytes: 0,
         }
+    }
+    /// The same summary, recording `bytes` of results.
+    pub fn with_bytes(self, bytes: u64) -> Lat {
+        Lat { bytes, ..self }
     }
     pub fn ops_per_s(&self) -> f64 {
         self.ops as f64 / self.total_s.max(1e-12)

@@ -236,12 +236,11 @@ fn measure(
     e.sync()?;
     let sync_s = t.elapsed().as_secs_f64();
     let stats = e.store.stats()?;
-    let mut out = Vec::with_capacity(1 << 16);
-    time_finds(&mut e, &q.obj[..2_000.min(q.obj.len())], true, &mut out)?;
-    let find_object = time_finds(&mut e, q.obj, true, &mut out)?;
-    let find_rare = time_finds(&mut e, q.rare, false, &mut out)?;
+    time_finds(&mut e, &q.obj[..2_000.min(q.obj.len())], true)?;
+    let find_object = time_finds(&mut e, q.obj, true)?;
+    let find_rare = time_finds(&mut e, q.rare, false)?;
     let pq = vec![(plants.rare_peak.as_str(), plants.rel); 2_000];
-    let find_rare_in_peak_bucket = time_finds(&mut e, &pq, false, &mut out)?;
+    let find_rare_in_peak_bucket = time_finds(&mut e, &pq, false)?;
     if find_rare_in_peak_bucket.results != (RARE_TAGS * pq.len()) as u64 {
         eprintln!("WARNING: planted rare key returned the wrong number of tags");
     }
