@@ -17,6 +17,9 @@ pub(crate) struct MappedFile {
     map: Map,
     path: PathBuf,
     len: u64,
+    /// Bytes of address space mapped (at least `len`): growth within it
+    /// needs no remap.
+    mapped: u64,
     /// On tmpfs even *reading* a hole through a shared map needs a free page
     /// (SIGBUS when full), so there the whole file is backed up front.
     tmpfs: bool,
@@ -29,6 +32,13 @@ fn on_tmpfs(file: &File) -> bool {
         let mut st: libc::statfs = std::mem::zeroed();
         libc::fstatfs(file.as_raw_fd(), &mut st) == 0 && st.f_type as i64 == 0x0102_1994
     }
+}
+
+/// Address space to map for a writable file of `len` bytes: room to double,
+/// or to grow by 1 GiB, before the next remap (a remap unmaps every page and
+/// faults them all in again).
+fn headroom(len: u64) -> u64 {
+    len.saturating_mul(2).max(len.saturating_add(1 << 30))
 }
 
 fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
@@ -80,13 +90,15 @@ impl MappedFile {
         if len < 2 * BLOCK_SIZE as u64 {
             return Err(Error::NotAStore(path.to_path_buf()));
         }
-        let map = Self::map(&file, path, writable)?;
+        let mapped = if writable { headroom(len) } else { len };
+        let map = Self::map(&file, path, writable, mapped)?;
         let tmpfs = on_tmpfs(&file);
         let mut f = MappedFile {
             file,
             map,
             path: path.to_path_buf(),
             len,
+            mapped,
             tmpfs,
         };
         if writable && tmpfs {
@@ -109,28 +121,39 @@ impl MappedFile {
         lock(&file, path, true)?;
         file.set_len(len)
             .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
-        let map = Self::map(&file, path, true)?;
+        let mapped = headroom(len);
+        let map = Self::map(&file, path, true, mapped)?;
         let tmpfs = on_tmpfs(&file);
         let mut f = MappedFile {
             file,
             map,
             path: path.to_path_buf(),
             len,
+            mapped,
             tmpfs,
         };
         f.reserve(0, if tmpfs { len } else { 2 * BLOCK_SIZE as u64 })?;
         Ok(f)
     }
 
-    fn map(file: &File, path: &Path, writable: bool) -> Result<Map> {
+    /// Maps the first `mapped` bytes (the file may be shorter: pages past
+    /// its end are never touched, see [`MappedFile::bytes`]).
+    fn map(file: &File, path: &Path, writable: bool, mapped: u64) -> Result<Map> {
+        let len = usize::try_from(mapped).map_err(|_| {
+            Error::io(
+                format!("mapping {}", path.display()),
+                std::io::Error::other("file larger than the address space"),
+            )
+        })?;
         // SAFETY: the file is locked (exclusively for writers, shared for
         // readers), so no cooperating process changes it under the map; the
-        // map never outlives `file`.
+        // map never outlives `file`; bytes past the file's end are never
+        // accessed (every accessor slices to `len`).
         let r = unsafe {
             if writable {
-                MmapOptions::new().map_mut(file).map(Map::Rw)
+                MmapOptions::new().len(len).map_mut(file).map(Map::Rw)
             } else {
-                MmapOptions::new().map(file).map(Map::Ro)
+                MmapOptions::new().len(len).map(file).map(Map::Ro)
             }
         };
         let m = r.map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
@@ -155,19 +178,21 @@ impl MappedFile {
         matches!(self.map, Map::Rw(_))
     }
 
-    /// All mapped bytes.
+    /// The file's bytes (the map past the end of the file is never exposed).
     pub fn bytes(&self) -> &[u8] {
+        let n = self.len as usize;
         match &self.map {
-            Map::Ro(m) => m,
-            Map::Rw(m) => m,
+            Map::Ro(m) => &m[..n],
+            Map::Rw(m) => &m[..n],
         }
     }
 
-    /// All mapped bytes, writable.
+    /// The file's bytes, writable.
     pub fn bytes_mut(&mut self) -> Result<&mut [u8]> {
+        let n = self.len as usize;
         match &mut self.map {
             Map::Ro(_) => Err(Error::ReadOnly),
-            Map::Rw(m) => Ok(m),
+            Map::Rw(m) => Ok(&mut m[..n]),
         }
     }
 
@@ -214,7 +239,7 @@ impl MappedFile {
         }
     }
 
-    /// Changes the file length and remaps it.
+    /// Changes the file length; remaps only when it outgrows the mapping.
     pub fn set_len(&mut self, len: u64) -> Result<()> {
         if len == self.len {
             return Ok(());
@@ -228,7 +253,11 @@ impl MappedFile {
         self.file
             .set_len(len)
             .map_err(|e| Error::io(format!("resizing {}", self.path.display()), e))?;
-        self.map = Self::map(&self.file, &self.path, true)?;
+        if len > self.mapped {
+            let mapped = headroom(len);
+            self.map = Self::map(&self.file, &self.path, true, mapped)?;
+            self.mapped = mapped;
+        }
         let old = self.len;
         self.len = len;
         if self.tmpfs && len > old {
@@ -256,7 +285,7 @@ impl MappedFile {
     /// Flushes the map and the file to stable storage.
     pub fn flush(&self) -> Result<()> {
         if let Map::Rw(m) = &self.map {
-            m.flush()
+            m.flush_range(0, self.len as usize)
                 .map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))?;
         }
         self.file

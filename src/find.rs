@@ -10,7 +10,9 @@ use crate::error::{Error, Result};
 use crate::format::Geometry;
 use crate::store::{Inner, Store};
 use crate::tables::{filter_has, Tables, NONE};
-use crate::tag::{self, bucket_of, key_fp, key_hash, Half, Tag, SLOT_SIZE};
+use crate::tag::{
+    self, bucket_of, key_fp, key_hash, Half, Tag, SLOT_HEADER, SLOT_MARKER, SLOT_SIZE,
+};
 use std::collections::VecDeque;
 
 /// Blocks read per lock acquisition.
@@ -18,13 +20,19 @@ const BLOCKS_PER_STEP: usize = 16;
 
 #[derive(Clone, Copy, Debug)]
 enum Pos {
-    Primary(u32),
+    /// At the start of chain `g`: the primary bucket's extent is not read yet.
+    Start,
+    /// Block `i` of `n` worth reading in the primary bucket.
+    Primary(u32, u32),
+    /// Block `i` of secondary bucket `s`, following the chain's links.
     Secondary(u32, u32),
+    /// Block `i` of secondary bucket `s`, the `k`-th candidate of the chain index.
+    Indexed(usize, u32, u32),
     Done,
 }
 
-/// Walks the blocks of one or more chains, skipping secondary buckets whose
-/// key filter rules out `fp`.
+/// Walks the blocks of one or more chains, skipping secondary buckets that
+/// cannot hold the key `fp` (key filters, or the chain index of long chains).
 #[derive(Clone, Debug)]
 struct ChainWalk {
     g: u32,
@@ -35,12 +43,12 @@ struct ChainWalk {
 
 impl ChainWalk {
     fn new(g: u32, g_end: u32, fp: Option<u16>) -> Self {
-        let pos = if g < g_end {
-            Pos::Primary(0)
-        } else {
-            Pos::Done
-        };
+        let pos = if g < g_end { Pos::Start } else { Pos::Done };
         ChainWalk { g, g_end, pos, fp }
+    }
+
+    fn done(&self) -> bool {
+        matches!(self.pos, Pos::Done)
     }
 
     fn skip_to_match(&self, t: &Tables, mut s: u32) -> u32 {
@@ -52,26 +60,54 @@ impl ChainWalk {
         s
     }
 
-    /// Next block to read, with the bucket it belongs to.
-    fn next_block(&mut self, geo: &Geometry, t: &Tables) -> Option<u64> {
+    /// The `k`-th candidate bucket of the chain index, if the chain has one.
+    fn candidate(&self, inner: &Inner, geo: &Geometry, k: usize) -> Result<Option<Option<u32>>> {
+        let Some(fp) = self.fp else {
+            return Ok(None);
+        };
+        inner.accel.with_index(
+            self.g,
+            &inner.tables,
+            geo,
+            |b| inner.block(b),
+            |ci| ci.candidates(fp).get(k).copied(),
+        )
+    }
+
+    /// Next block to read.
+    fn next_block(&mut self, geo: &Geometry, inner: &Inner) -> Result<Option<u64>> {
+        let t = &inner.tables;
         loop {
             match self.pos {
-                Pos::Done => return None,
-                Pos::Primary(i) if i < geo.blocks_per_primary => {
-                    self.pos = Pos::Primary(i + 1);
-                    return Some(geo.primary_start(self.g) + i as u64);
+                Pos::Done => return Ok(None),
+                Pos::Start => {
+                    let n = inner.accel.extent(self.g, geo, |b| inner.block(b))?;
+                    self.pos = Pos::Primary(0, n);
                 }
-                Pos::Primary(_) => {
-                    let s = self.skip_to_match(t, t.primary[self.g as usize].head);
-                    self.pos = if s == NONE {
-                        self.next_chain()
-                    } else {
-                        Pos::Secondary(s, 0)
+                Pos::Primary(i, n) if i < n => {
+                    self.pos = Pos::Primary(i + 1, n);
+                    return Ok(Some(geo.primary_start(self.g) + i as u64));
+                }
+                Pos::Primary(..) => {
+                    self.pos = match self.candidate(inner, geo, 0)? {
+                        Some(Some(s)) => Pos::Indexed(0, s, 0),
+                        Some(None) => self.next_chain(),
+                        None => {
+                            let s = self.skip_to_match(t, t.primary[self.g as usize].head);
+                            if s == NONE {
+                                self.next_chain()
+                            } else {
+                                Pos::Secondary(s, 0)
+                            }
+                        }
                     };
                 }
-                Pos::Secondary(s, i) if i < geo.blocks_per_secondary => {
-                    self.pos = Pos::Secondary(s, i + 1);
-                    return Some(geo.secondary_start(s) + i as u64);
+                Pos::Secondary(s, i) | Pos::Indexed(_, s, i) if i < geo.blocks_per_secondary => {
+                    self.pos = match self.pos {
+                        Pos::Indexed(k, ..) => Pos::Indexed(k, s, i + 1),
+                        _ => Pos::Secondary(s, i + 1),
+                    };
+                    return Ok(Some(geo.secondary_start(s) + i as u64));
                 }
                 Pos::Secondary(s, _) => {
                     let n = self.skip_to_match(t, t.secondary[s as usize].next);
@@ -81,6 +117,12 @@ impl ChainWalk {
                         Pos::Secondary(n, 0)
                     };
                 }
+                Pos::Indexed(k, ..) => {
+                    self.pos = match self.candidate(inner, geo, k + 1)? {
+                        Some(Some(s)) => Pos::Indexed(k + 1, s, 0),
+                        _ => self.next_chain(),
+                    };
+                }
             }
         }
     }
@@ -88,10 +130,103 @@ impl ChainWalk {
     fn next_chain(&mut self) -> Pos {
         self.g += 1;
         if self.g < self.g_end {
-            Pos::Primary(0)
+            Pos::Start
         } else {
             Pos::Done
         }
+    }
+}
+
+/// Compares a slot's key fields with a FIND key without decoding the slot.
+#[derive(Clone, Copy)]
+struct KeyMatch<'k> {
+    half: Half,
+    relationship: &'k [u8],
+    name: &'k [u8],
+}
+
+impl KeyMatch<'_> {
+    /// The field a FIND returns, if slot `s` holds the key.
+    #[inline]
+    fn other<'s>(&self, s: &'s [u8]) -> Option<&'s [u8]> {
+        let (lo, lr, ls) = (s[1] as usize, s[2] as usize, s[3] as usize);
+        if s[0] != SLOT_MARKER
+            || lr != self.relationship.len()
+            || SLOT_HEADER + lo + lr + ls > s.len()
+        {
+            return None;
+        }
+        let (r, e) = (SLOT_HEADER + lo, SLOT_HEADER + lo + lr);
+        match self.half {
+            Half::Object => (lo == self.name.len()
+                && &s[SLOT_HEADER..r] == self.name
+                && &s[r..e] == self.relationship)
+                .then(|| &s[e..e + ls]),
+            Half::Subject => (ls == self.name.len()
+                && &s[e..e + ls] == self.name
+                && &s[r..e] == self.relationship)
+                .then(|| &s[SLOT_HEADER..r]),
+        }
+    }
+}
+
+/// One FIND in progress: its key and where its walk stands.
+struct Search<'k> {
+    key: KeyMatch<'k>,
+    fp: u16,
+    walk: ChainWalk,
+}
+
+impl<'k> Search<'k> {
+    fn new(store: &Store, half: Half, relationship: &'k str, name: &'k str) -> Self {
+        let geo = store.geometry;
+        let h = key_hash(store.seed, half, relationship, name);
+        let g = geo.global(half, bucket_of(h, geo.primary_buckets_per_half));
+        let fits = relationship.len() + name.len() + tag::SLOT_HEADER <= SLOT_SIZE;
+        Search {
+            key: KeyMatch {
+                half,
+                relationship: relationship.as_bytes(),
+                name: name.as_bytes(),
+            },
+            fp: key_fp(h),
+            walk: if fits {
+                ChainWalk::new(g, g + 1, Some(key_fp(h)))
+            } else {
+                ChainWalk::new(0, 0, None)
+            },
+        }
+    }
+
+    /// Reads up to [`BLOCKS_PER_STEP`] blocks, passing each result to `out`;
+    /// stops early after a block that produced results when `eager`.
+    fn step(
+        &mut self,
+        inner: &Inner,
+        geo: &Geometry,
+        eager: bool,
+        mut out: impl FnMut(&str),
+    ) -> Result<()> {
+        for _ in 0..BLOCKS_PER_STEP {
+            let Some(b) = self.walk.next_block(geo, inner)? else {
+                return Ok(());
+            };
+            let blk: BlockRef<'_> = inner.block(b)?;
+            let mut m = blk.matching(self.fp);
+            let mut any = false;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if let Some(v) = self.key.other(blk.slot(i)) {
+                    out(std::str::from_utf8(v).map_err(|_| bad_slot(b, i))?);
+                    any = true;
+                }
+            }
+            if eager && any {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -104,58 +239,47 @@ fn bad_slot(block: u64, slot: usize) -> Error {
 /// Streaming FIND results: the subjects of an object, or the objects of a subject.
 pub struct Find<'s> {
     store: &'s Store,
-    half: Half,
-    relationship: String,
-    name: String,
-    fp: u16,
+    relationship: Box<str>,
+    name: Box<str>,
+    /// The walk, its key borrowing nothing (lengths and bytes re-borrowed per step).
     walk: ChainWalk,
+    half: Half,
+    fp: u16,
     buf: VecDeque<String>,
     failed: bool,
 }
 
 impl<'s> Find<'s> {
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
-        let geo = store.geometry;
-        let h = key_hash(store.seed, half, relationship, name);
-        let g = geo.global(half, bucket_of(h, geo.primary_buckets_per_half));
-        let fits = relationship.len() + name.len() + tag::SLOT_HEADER <= SLOT_SIZE;
+        let s = Search::new(store, half, relationship, name);
         Find {
             store,
+            walk: s.walk,
+            fp: s.fp,
             half,
-            relationship: relationship.to_owned(),
-            name: name.to_owned(),
-            fp: key_fp(h),
-            walk: if fits {
-                ChainWalk::new(g, g + 1, Some(key_fp(h)))
-            } else {
-                ChainWalk::new(0, 0, None)
-            },
+            relationship: relationship.into(),
+            name: name.into(),
             buf: VecDeque::new(),
             failed: false,
         }
     }
 
     fn fill(&mut self, inner: &Inner) -> Result<()> {
-        let geo = self.store.geometry;
-        for _ in 0..BLOCKS_PER_STEP {
-            let Some(b) = self.walk.next_block(&geo, &inner.tables) else {
-                return Ok(());
-            };
-            let blk: BlockRef<'_> = inner.block(b)?;
-            let mut m = blk.matching(self.fp);
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let v = tag::decode(blk.slot(i)).ok_or_else(|| bad_slot(b, i))?;
-                if v.relationship == self.relationship && v.key_name(self.half) == self.name {
-                    self.buf.push_back(v.other_name(self.half).to_owned());
-                }
-            }
-            if !self.buf.is_empty() {
-                return Ok(());
-            }
-        }
-        Ok(())
+        let mut s = Search {
+            key: KeyMatch {
+                half: self.half,
+                relationship: self.relationship.as_bytes(),
+                name: self.name.as_bytes(),
+            },
+            fp: self.fp,
+            walk: self.walk.clone(),
+        };
+        let buf = &mut self.buf;
+        let r = s.step(inner, &self.store.geometry, true, |v| {
+            buf.push_back(v.to_owned())
+        });
+        self.walk = s.walk;
+        r
     }
 }
 
@@ -167,7 +291,7 @@ impl Iterator for Find<'_> {
             if let Some(s) = self.buf.pop_front() {
                 return Some(Ok(s));
             }
-            if self.failed || matches!(self.walk.pos, Pos::Done) {
+            if self.failed || self.walk.done() {
                 return None;
             }
             let inner = self.store.read();
@@ -195,14 +319,14 @@ impl Iterator for Tags<'_> {
             if let Some(t) = self.buf.pop_front() {
                 return Some(Ok(t));
             }
-            if self.failed || matches!(self.walk.pos, Pos::Done) {
+            if self.failed || self.walk.done() {
                 return None;
             }
             let inner = self.store.read();
             let geo = self.store.geometry;
             let r = (|| -> Result<()> {
                 for _ in 0..BLOCKS_PER_STEP {
-                    let Some(b) = self.walk.next_block(&geo, &inner.tables) else {
+                    let Some(b) = self.walk.next_block(&geo, &inner)? else {
                         return Ok(());
                     };
                     let blk = inner.block(b)?;
@@ -233,6 +357,69 @@ impl Store {
     /// FIND <*, relationship, subject>: streams the objects.
     pub fn find_objects(&self, subject: &str, relationship: &str) -> Find<'_> {
         Find::new(self, Half::Subject, relationship, subject)
+    }
+
+    /// FIND <object, relationship, *>: calls `f` with each subject and
+    /// returns how many there were.
+    ///
+    /// Faster than [`Store::find_subjects`]: nothing is allocated per result.
+    /// Results are gathered a few blocks at a time under the read lock and
+    /// handed to `f` after it is released, so `f` may call back into the store
+    /// (even write); what a FIND running alongside writers sees is as for
+    /// [`Store::find_subjects`].
+    pub fn for_each_subject(
+        &self,
+        object: &str,
+        relationship: &str,
+        f: impl FnMut(&str),
+    ) -> Result<u64> {
+        self.visit(Half::Object, relationship, object, f)
+    }
+
+    /// FIND <*, relationship, subject>: calls `f` with each object and returns
+    /// how many there were (see [`Store::for_each_subject`]).
+    pub fn for_each_object(
+        &self,
+        subject: &str,
+        relationship: &str,
+        f: impl FnMut(&str),
+    ) -> Result<u64> {
+        self.visit(Half::Subject, relationship, subject, f)
+    }
+
+    fn visit(
+        &self,
+        half: Half,
+        relationship: &str,
+        name: &str,
+        mut f: impl FnMut(&str),
+    ) -> Result<u64> {
+        let mut s = Search::new(self, half, relationship, name);
+        // Result bytes of one step, and where each ends.
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut ends: Vec<usize> = Vec::new();
+        let mut n = 0u64;
+        while !s.walk.done() {
+            bytes.clear();
+            ends.clear();
+            {
+                let inner = self.read();
+                s.step(&inner, &self.geometry, false, |v| {
+                    bytes.extend_from_slice(v.as_bytes());
+                    ends.push(bytes.len());
+                })?;
+            }
+            let mut at = 0;
+            for &e in &ends {
+                // Each piece was a `&str` when copied: this cannot fail.
+                if let Ok(v) = std::str::from_utf8(&bytes[at..e]) {
+                    f(v);
+                }
+                at = e;
+            }
+            n += ends.len() as u64;
+        }
+        Ok(n)
     }
 
     /// Streams every stored tag exactly once.

@@ -26,6 +26,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+mod chains;
 pub mod check;
 pub mod counts;
 pub mod error;

@@ -151,6 +151,8 @@ pub(crate) struct Inner {
     pub counts_stale: bool,
     /// Next increment sequence number.
     pub next_seq: u64,
+    /// Learned primary extents and chain indexes (in memory only).
+    pub(crate) accel: crate::chains::Accel,
 }
 
 /// Where one half of an INSERT will write.
@@ -277,8 +279,24 @@ impl Inner {
             }
             Ok(None)
         };
-        if let Some(f) = scan(geo.primary_start(g), geo.blocks_per_primary, None)? {
+        let extent = self.accel.extent(g, &geo, |b| self.block(b))?;
+        if let Some(f) = scan(geo.primary_start(g), extent, None)? {
             return Ok(Some(f));
+        }
+        let indexed = self.accel.with_index(
+            g,
+            &self.tables,
+            &geo,
+            |b| self.block(b),
+            |ci| ci.candidates(kfp).to_vec(),
+        )?;
+        if let Some(cands) = indexed {
+            for s in cands {
+                if let Some(f) = scan(geo.secondary_start(s), geo.blocks_per_secondary, Some(s))? {
+                    return Ok(Some(f));
+                }
+            }
+            return Ok(None);
         }
         let mut s = self.tables.primary[g as usize].head;
         while s != NONE {
@@ -545,8 +563,13 @@ impl Inner {
     }
 
     fn commit_insert(&mut self, g: u32, p: &Plan, kfp: u16) {
+        let geo = self.geometry();
         match p.sec {
-            None => self.tables.primary[g as usize].used += 1,
+            None => {
+                self.tables.primary[g as usize].used += 1;
+                let i = p.addr.block.saturating_sub(geo.primary_start(g));
+                self.accel.wrote_primary(g, i as u32);
+            }
             Some(s) => {
                 if p.new_link {
                     let tail = self.tables.primary[g as usize].tail;
@@ -567,6 +590,7 @@ impl Inner {
                 let e = &mut self.tables.secondary[s as usize];
                 e.used += 1;
                 filter_add(&mut e.filter, kfp);
+                self.accel.wrote_secondary(g, s, kfp);
             }
         }
     }
@@ -926,6 +950,7 @@ impl Store {
             counting: true,
             counts_stale: false,
             next_seq: 0,
+            accel: crate::chains::Accel::new(geometry.primary_buckets()),
         };
         inner.write_superblock(&sb)?;
         // Counts start empty and exact, so the first close merges instead of scanning.
@@ -1066,6 +1091,7 @@ impl Store {
             // After a crash, changes not yet merged into the counts are gone.
             counts_stale: recovered,
             next_seq: 0,
+            accel: crate::chains::Accel::new(geo.primary_buckets()),
         };
         if writable {
             // Drop the table image (it goes stale with the first write) and

@@ -168,12 +168,35 @@ fn check_find_subjects(store: &Store, model: &BTreeSet<Tag>, o: &str, r: &str) {
     let what = format!("find_subjects({o:?}, {r:?})");
     let got = sorted_unique(&what, store.find_subjects(o, r));
     assert_eq!(got, subjects_of(model, o, r), "{what}");
+    assert_eq!(
+        visited(&what, |f| store.for_each_subject(o, r, f)),
+        got,
+        "for_each_subject({o:?}, {r:?})"
+    );
+}
+
+/// Results of a visitor FIND, sorted; its returned count must match.
+fn visited(
+    what: &str,
+    run: impl FnOnce(&mut dyn FnMut(&str)) -> tagstore::Result<u64>,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let n = run(&mut |x: &str| v.push(x.to_owned()))
+        .unwrap_or_else(|e| panic!("{what}: visitor FIND failed: {e}"));
+    assert_eq!(n, v.len() as u64, "{what}: visitor count");
+    v.sort();
+    v
 }
 
 fn check_find_objects(store: &Store, model: &BTreeSet<Tag>, s: &str, r: &str) {
     let what = format!("find_objects({s:?}, {r:?})");
     let got = sorted_unique(&what, store.find_objects(s, r));
     assert_eq!(got, objects_of(model, s, r), "{what}");
+    assert_eq!(
+        visited(&what, |f| store.for_each_object(s, r, f)),
+        got,
+        "for_each_object({s:?}, {r:?})"
+    );
 }
 
 /// FINDs for both keys of `t`, and `contains`.

@@ -153,15 +153,10 @@ impl Tagstore {
 }
 
 fn tagstore_find(store: &Store, by_object: bool, key: &str, rel: &str, f: Visit<'_>) -> Result<()> {
-    // TODO(engine): use the borrowed Store::for_each_subject / for_each_object
-    // once it lands; this still allocates one String per result.
-    let it = if by_object {
-        store.find_subjects(key, rel)
+    if by_object {
+        store.for_each_subject(key, rel, |s| f(s.as_bytes()))?;
     } else {
-        store.find_objects(key, rel)
-    };
-    for s in it {
-        f(s?.as_bytes());
+        store.for_each_object(key, rel, |o| f(o.as_bytes()))?;
     }
     Ok(())
 }

@@ -1,0 +1,160 @@
+//! In-memory accelerators for reading buckets: the written extent of each
+//! primary bucket and a key index over each long overflow chain.
+//!
+//! Neither is persisted (no format change): both start unknown at open and
+//! are learned on first use, then kept exact by every INSERT.
+//!
+//! * **Extent.** Blocks of a primary bucket fill in order, so the blocks
+//!   past the highest one ever written hold nothing. FIND and DELETE stop
+//!   there instead of touching every block of a half-empty bucket.
+//! * **Chain index.** A primary bucket holding a peak (a key with a million
+//!   tags) has a chain of thousands of secondary buckets. The per-bucket key
+//!   filters keep FIND from *reading* the peak's buckets for another key, but
+//!   it still walks the whole linked list to test them. For chains of
+//!   [`CHAIN_INDEX_MIN`] buckets or more, a map from key fingerprint to the
+//!   buckets holding it lets FIND go straight to the few candidates, so a rare
+//!   key next to a peak costs about what it costs in a quiet bucket.
+
+use crate::block::BlockRef;
+use crate::error::Result;
+use crate::format::Geometry;
+use crate::tables::{Tables, NONE};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::RwLock;
+
+/// Chains at least this long get an index on first FIND or DELETE.
+pub const CHAIN_INDEX_MIN: u32 = 8;
+
+/// Secondary buckets of one chain that hold (or held) each key fingerprint.
+#[derive(Debug, Default)]
+pub(crate) struct ChainIndex {
+    by_fp: HashMap<u16, Vec<u32>>,
+}
+
+impl ChainIndex {
+    /// Candidate buckets for `fp`, in no particular order, each once.
+    pub fn candidates(&self, fp: u16) -> &[u32] {
+        self.by_fp.get(&fp).map_or(&[], |v| v)
+    }
+
+    /// Records that bucket `s` now holds a tag with key fingerprint `fp`.
+    pub fn note(&mut self, s: u32, fp: u16) {
+        let v = self.by_fp.entry(fp).or_default();
+        // Inserts mostly go to the chain's tail, already last in the list.
+        if v.last() != Some(&s) && !v.contains(&s) {
+            v.push(s);
+        }
+    }
+}
+
+/// Extents and chain indexes of one open store.
+#[derive(Debug)]
+pub(crate) struct Accel {
+    /// Per primary bucket: 0 unknown, else 1 + number of blocks up to and
+    /// including the highest block ever written.
+    extent: Vec<AtomicU8>,
+    /// Chain indexes by global primary bucket.
+    chains: RwLock<HashMap<u32, ChainIndex>>,
+}
+
+impl Accel {
+    /// Nothing known yet, for `primary` buckets.
+    pub fn new(primary: u32) -> Self {
+        Accel {
+            extent: (0..primary).map(|_| AtomicU8::new(0)).collect(),
+            chains: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Blocks of primary bucket `g` worth reading, learning it if unknown.
+    pub fn extent<'b>(
+        &self,
+        g: u32,
+        geo: &Geometry,
+        block: impl Fn(u64) -> Result<BlockRef<'b>>,
+    ) -> Result<u32> {
+        let Some(cell) = self.extent.get(g as usize) else {
+            return Ok(geo.blocks_per_primary);
+        };
+        let e = cell.load(Ordering::Relaxed);
+        if e != 0 {
+            return Ok(e as u32 - 1);
+        }
+        let start = geo.primary_start(g);
+        let mut n = 0;
+        for i in 0..geo.blocks_per_primary {
+            if !block(start + i as u64)?.is_unwritten() {
+                n = i + 1;
+            }
+        }
+        if let Ok(v) = u8::try_from(n + 1) {
+            cell.store(v, Ordering::Relaxed);
+        }
+        Ok(n)
+    }
+
+    /// Records a write to block `i` of primary bucket `g` (caller holds the write lock).
+    pub fn wrote_primary(&self, g: u32, i: u32) {
+        if let Some(cell) = self.extent.get(g as usize) {
+            let e = cell.load(Ordering::Relaxed);
+            if e != 0 && (e as u32) < i + 2 {
+                if let Ok(v) = u8::try_from(i + 2) {
+                    cell.store(v, Ordering::Relaxed);
+                } else {
+                    cell.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Records that secondary bucket `s` of chain `g` holds key fingerprint `fp`.
+    pub fn wrote_secondary(&mut self, g: u32, s: u32, fp: u16) {
+        let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(ci) = chains.get_mut(&g) {
+            ci.note(s, fp);
+        }
+    }
+
+    /// Runs `f` on the index of chain `g`, building it first when the chain
+    /// is long enough; `None` when the chain is too short to need one.
+    pub fn with_index<'b, R>(
+        &self,
+        g: u32,
+        t: &Tables,
+        geo: &Geometry,
+        block: impl Fn(u64) -> Result<BlockRef<'b>>,
+        f: impl FnOnce(&ChainIndex) -> R,
+    ) -> Result<Option<R>> {
+        {
+            let chains = self.chains.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(ci) = chains.get(&g) {
+                return Ok(Some(f(ci)));
+            }
+        }
+        let Some(pe) = t.primary.get(g as usize) else {
+            return Ok(None);
+        };
+        if pe.chain < CHAIN_INDEX_MIN {
+            return Ok(None);
+        }
+        let mut ci = ChainIndex::default();
+        let mut s = pe.head;
+        while s != NONE {
+            let start = geo.secondary_start(s);
+            for b in start..start + geo.blocks_per_secondary as u64 {
+                let blk = block(b)?;
+                let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
+                while bits != 0 {
+                    let i = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    ci.note(s, blk.key_fp(i));
+                }
+            }
+            s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);
+        }
+        let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());
+        let ci = chains.entry(g).or_insert(ci);
+        Ok(Some(f(ci)))
+    }
+}
