@@ -116,17 +116,15 @@ impl<'a> BlockRef<'a> {
         &self.0[o..o + SLOT_SIZE]
     }
     /// Occupied slots whose key fingerprint equals `fp`, as a bitmask.
+    #[inline]
     pub fn matching(&self, fp: u16) -> u32 {
-        let mut bits = self.bitmap() & FULL_MASK;
-        let mut out = 0;
-        while bits != 0 {
-            let i = bits.trailing_zeros() as usize;
-            bits &= bits - 1;
-            if self.key_fp(i) == fp {
-                out |= 1 << i;
-            }
+        // Branch-free over all 25 fingerprints (the compiler vectorises it).
+        let fps = &self.0[OFF_KEYFP..OFF_KEYFP + 2 * SLOTS_PER_BLOCK];
+        let mut out = 0u32;
+        for (i, c) in fps.chunks_exact(2).enumerate() {
+            out |= ((u16::from_le_bytes([c[0], c[1]]) == fp) as u32) << i;
         }
-        out
+        out & self.bitmap() & FULL_MASK
     }
 }
 

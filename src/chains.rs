@@ -26,24 +26,50 @@ use std::sync::RwLock;
 /// Chains at least this long get an index on first FIND or DELETE.
 pub const CHAIN_INDEX_MIN: u32 = 8;
 
-/// Secondary buckets of one chain that hold (or held) each key fingerprint.
+/// Blocks of a secondary bucket covered by one bit of a block mask.
+pub fn group_size(blocks_per_secondary: u32) -> u32 {
+    blocks_per_secondary.div_ceil(64).max(1)
+}
+
+/// First block at or after `i` (of `n` blocks) that `mask` may hold.
+pub fn next_in_mask(mask: u64, n: u32, i: u32) -> Option<u32> {
+    let gs = group_size(n);
+    let grp = i / gs;
+    if grp >= 64 || i >= n {
+        return None;
+    }
+    let rest = mask & (u64::MAX << grp);
+    if rest == 0 {
+        return None;
+    }
+    let b = i.max(rest.trailing_zeros() * gs);
+    (b < n).then_some(b)
+}
+
+/// Secondary buckets of one chain that hold (or held) each key fingerprint,
+/// each with a mask of the blocks that do.
 #[derive(Debug, Default)]
 pub(crate) struct ChainIndex {
-    by_fp: HashMap<u16, Vec<u32>>,
+    by_fp: HashMap<u16, Vec<(u32, u64)>>,
 }
 
 impl ChainIndex {
-    /// Candidate buckets for `fp`, in no particular order, each once.
-    pub fn candidates(&self, fp: u16) -> &[u32] {
+    /// Candidate `(bucket, block mask)` pairs for `fp`, each bucket once.
+    pub fn candidates(&self, fp: u16) -> &[(u32, u64)] {
         self.by_fp.get(&fp).map_or(&[], |v| v)
     }
 
-    /// Records that bucket `s` now holds a tag with key fingerprint `fp`.
-    pub fn note(&mut self, s: u32, fp: u16) {
+    /// Records that block `i` of bucket `s` now holds key fingerprint `fp`.
+    pub fn note(&mut self, s: u32, i: u32, fp: u16, geo: &Geometry) {
+        let bit = 1u64 << (i / group_size(geo.blocks_per_secondary)).min(63);
         let v = self.by_fp.entry(fp).or_default();
         // Inserts mostly go to the chain's tail, already last in the list.
-        if v.last() != Some(&s) && !v.contains(&s) {
-            v.push(s);
+        match v.last_mut() {
+            Some(last) if last.0 == s => last.1 |= bit,
+            _ => match v.iter_mut().find(|c| c.0 == s) {
+                Some(c) => c.1 |= bit,
+                None => v.push((s, bit)),
+            },
         }
     }
 }
@@ -108,11 +134,12 @@ impl Accel {
         }
     }
 
-    /// Records that secondary bucket `s` of chain `g` holds key fingerprint `fp`.
-    pub fn wrote_secondary(&mut self, g: u32, s: u32, fp: u16) {
+    /// Records that block `i` of secondary bucket `s` of chain `g` holds key
+    /// fingerprint `fp` (caller holds the write lock).
+    pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, geo: &Geometry) {
         let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(ci) = chains.get_mut(&g) {
-            ci.note(s, fp);
+            ci.note(s, i, fp, geo);
         }
     }
 
@@ -126,29 +153,29 @@ impl Accel {
         block: impl Fn(u64) -> Result<BlockRef<'b>>,
         f: impl FnOnce(&ChainIndex) -> R,
     ) -> Result<Option<R>> {
-        {
-            let chains = self.chains.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(ci) = chains.get(&g) {
-                return Ok(Some(f(ci)));
-            }
-        }
         let Some(pe) = t.primary.get(g as usize) else {
             return Ok(None);
         };
         if pe.chain < CHAIN_INDEX_MIN {
             return Ok(None);
         }
+        {
+            let chains = self.chains.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(ci) = chains.get(&g) {
+                return Ok(Some(f(ci)));
+            }
+        }
         let mut ci = ChainIndex::default();
         let mut s = pe.head;
         while s != NONE {
             let start = geo.secondary_start(s);
-            for b in start..start + geo.blocks_per_secondary as u64 {
-                let blk = block(b)?;
+            for i in 0..geo.blocks_per_secondary {
+                let blk = block(start + i as u64)?;
                 let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
                 while bits != 0 {
-                    let i = bits.trailing_zeros() as usize;
+                    let k = bits.trailing_zeros() as usize;
                     bits &= bits - 1;
-                    ci.note(s, blk.key_fp(i));
+                    ci.note(s, i, blk.key_fp(k), geo);
                 }
             }
             s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);

@@ -6,6 +6,7 @@
 //! inserted or deleted meanwhile may or may not appear.
 
 use crate::block::BlockRef;
+use crate::chains::next_in_mask;
 use crate::error::{Error, Result};
 use crate::format::Geometry;
 use crate::store::{Inner, Store};
@@ -14,6 +15,12 @@ use crate::tag::{
     self, bucket_of, key_fp, key_hash, Half, Tag, SLOT_HEADER, SLOT_MARKER, SLOT_SIZE,
 };
 use std::collections::VecDeque;
+
+thread_local! {
+    /// Result buffers reused by the visitor FINDs of this thread.
+    static VISIT_BUFS: std::cell::Cell<Option<(String, Vec<usize>)>> =
+        const { std::cell::Cell::new(None) };
+}
 
 /// Blocks read per lock acquisition.
 const BLOCKS_PER_STEP: usize = 16;
@@ -26,8 +33,9 @@ enum Pos {
     Primary(u32, u32),
     /// Block `i` of secondary bucket `s`, following the chain's links.
     Secondary(u32, u32),
-    /// Block `i` of secondary bucket `s`, the `k`-th candidate of the chain index.
-    Indexed(usize, u32, u32),
+    /// The `k`-th candidate of the chain index: bucket `s`, its block mask,
+    /// and the next block to consider.
+    Indexed(usize, u32, u64, u32),
     Done,
 }
 
@@ -61,7 +69,12 @@ impl ChainWalk {
     }
 
     /// The `k`-th candidate bucket of the chain index, if the chain has one.
-    fn candidate(&self, inner: &Inner, geo: &Geometry, k: usize) -> Result<Option<Option<u32>>> {
+    fn candidate(
+        &self,
+        inner: &Inner,
+        geo: &Geometry,
+        k: usize,
+    ) -> Result<Option<Option<(u32, u64)>>> {
         let Some(fp) = self.fp else {
             return Ok(None);
         };
@@ -90,7 +103,7 @@ impl ChainWalk {
                 }
                 Pos::Primary(..) => {
                     self.pos = match self.candidate(inner, geo, 0)? {
-                        Some(Some(s)) => Pos::Indexed(0, s, 0),
+                        Some(Some((s, mask))) => Pos::Indexed(0, s, mask, 0),
                         Some(None) => self.next_chain(),
                         None => {
                             let s = self.skip_to_match(t, t.primary[self.g as usize].head);
@@ -102,12 +115,19 @@ impl ChainWalk {
                         }
                     };
                 }
-                Pos::Secondary(s, i) | Pos::Indexed(_, s, i) if i < geo.blocks_per_secondary => {
-                    self.pos = match self.pos {
-                        Pos::Indexed(k, ..) => Pos::Indexed(k, s, i + 1),
-                        _ => Pos::Secondary(s, i + 1),
-                    };
+                Pos::Secondary(s, i) if i < geo.blocks_per_secondary => {
+                    self.pos = Pos::Secondary(s, i + 1);
                     return Ok(Some(geo.secondary_start(s) + i as u64));
+                }
+                Pos::Indexed(k, s, mask, i) => {
+                    if let Some(b) = next_in_mask(mask, geo.blocks_per_secondary, i) {
+                        self.pos = Pos::Indexed(k, s, mask, b + 1);
+                        return Ok(Some(geo.secondary_start(s) + b as u64));
+                    }
+                    self.pos = match self.candidate(inner, geo, k + 1)? {
+                        Some(Some((s, mask))) => Pos::Indexed(k + 1, s, mask, 0),
+                        _ => self.next_chain(),
+                    };
                 }
                 Pos::Secondary(s, _) => {
                     let n = self.skip_to_match(t, t.secondary[s as usize].next);
@@ -115,12 +135,6 @@ impl ChainWalk {
                         self.next_chain()
                     } else {
                         Pos::Secondary(n, 0)
-                    };
-                }
-                Pos::Indexed(k, ..) => {
-                    self.pos = match self.candidate(inner, geo, k + 1)? {
-                        Some(Some(s)) => Pos::Indexed(k + 1, s, 0),
-                        _ => self.next_chain(),
                     };
                 }
             }
@@ -170,6 +184,24 @@ impl KeyMatch<'_> {
     }
 }
 
+/// Hints the CPU to load the cache lines of `s` (a no-op off x86_64).
+#[inline(always)]
+fn prefetch(s: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for off in [0, 64, 128] {
+        if let Some(b) = s.get(off) {
+            // SAFETY: prefetch has no side effects and the pointer is in bounds.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (b as *const u8).cast::<i8>(),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = s;
+}
+
 /// One FIND in progress: its key and where its walk stands.
 struct Search<'k> {
     key: KeyMatch<'k>,
@@ -213,6 +245,15 @@ impl<'k> Search<'k> {
             };
             let blk: BlockRef<'_> = inner.block(b)?;
             let mut m = blk.matching(self.fp);
+            // Ask for every matching slot's cache lines at once: a peak's
+            // block is all matches, and fetching them one after another
+            // would serialise the misses.
+            let mut p = m;
+            while p != 0 {
+                let i = p.trailing_zeros() as usize;
+                p &= p - 1;
+                prefetch(blk.slot(i));
+            }
             let mut any = false;
             while m != 0 {
                 let i = m.trailing_zeros() as usize;
@@ -395,26 +436,35 @@ impl Store {
         mut f: impl FnMut(&str),
     ) -> Result<u64> {
         let mut s = Search::new(self, half, relationship, name);
-        // Result bytes of one step, and where each ends.
-        let mut bytes: Vec<u8> = Vec::new();
-        let mut ends: Vec<usize> = Vec::new();
+        // Results of one step, concatenated, and where each ends. The
+        // buffers are kept per thread (a nested FIND from `f` makes its own).
+        let (mut text, mut ends) = VISIT_BUFS.take().unwrap_or_default();
+        let r = self.visit_with(&mut s, &mut text, &mut ends, &mut f);
+        VISIT_BUFS.set(Some((text, ends)));
+        r
+    }
+
+    fn visit_with(
+        &self,
+        s: &mut Search<'_>,
+        text: &mut String,
+        ends: &mut Vec<usize>,
+        f: &mut impl FnMut(&str),
+    ) -> Result<u64> {
         let mut n = 0u64;
         while !s.walk.done() {
-            bytes.clear();
+            text.clear();
             ends.clear();
             {
                 let inner = self.read();
                 s.step(&inner, &self.geometry, false, |v| {
-                    bytes.extend_from_slice(v.as_bytes());
-                    ends.push(bytes.len());
+                    text.push_str(v);
+                    ends.push(text.len());
                 })?;
             }
             let mut at = 0;
-            for &e in &ends {
-                // Each piece was a `&str` when copied: this cannot fail.
-                if let Ok(v) = std::str::from_utf8(&bytes[at..e]) {
-                    f(v);
-                }
+            for &e in ends.iter() {
+                f(text.get(at..e).unwrap_or_default());
                 at = e;
             }
             n += ends.len() as u64;

@@ -291,9 +291,14 @@ impl Inner {
             |ci| ci.candidates(kfp).to_vec(),
         )?;
         if let Some(cands) = indexed {
-            for s in cands {
-                if let Some(f) = scan(geo.secondary_start(s), geo.blocks_per_secondary, Some(s))? {
-                    return Ok(Some(f));
+            let n = geo.blocks_per_secondary;
+            for (s, mask) in cands {
+                let mut i = 0;
+                while let Some(b) = crate::chains::next_in_mask(mask, n, i) {
+                    if let Some(f) = scan(geo.secondary_start(s) + b as u64, 1, Some(s))? {
+                        return Ok(Some(f));
+                    }
+                    i = b + 1;
                 }
             }
             return Ok(None);
@@ -590,7 +595,8 @@ impl Inner {
                 let e = &mut self.tables.secondary[s as usize];
                 e.used += 1;
                 filter_add(&mut e.filter, kfp);
-                self.accel.wrote_secondary(g, s, kfp);
+                let i = p.addr.block.saturating_sub(geo.secondary_start(s));
+                self.accel.wrote_secondary(g, s, i as u32, kfp, &geo);
             }
         }
     }
