@@ -323,12 +323,25 @@ impl Inner {
         if self.reserved.get(w).is_some_and(|x| x & bit != 0) {
             return Ok(());
         }
+        // A secondary bucket fills block after block: back all of it at once
+        // (one extent, one call), but only the block asked for in a primary
+        // bucket, whose later blocks may never be written.
+        let geo = self.geometry();
+        let (first, n) = if b >= geo.secondary_base() {
+            let per = geo.blocks_per_secondary as u64;
+            (b - (b - geo.secondary_base()) % per, per)
+        } else {
+            (b, 1)
+        };
         self.file
-            .reserve(b * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
-        if self.reserved.len() <= w {
-            self.reserved.resize(w + 1, 0);
+            .reserve(first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64)?;
+        for x in first..first + n {
+            let w = (x / 64) as usize;
+            if self.reserved.len() <= w {
+                self.reserved.resize(w + 1, 0);
+            }
+            self.reserved[w] |= 1u64 << (x % 64);
         }
-        self.reserved[w] |= bit;
         Ok(())
     }
 
