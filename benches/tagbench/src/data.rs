@@ -1,8 +1,11 @@
-//! Seeded synthetic tag sets: uniform objects, Zipf subjects, four relationships.
+//! Seeded synthetic tag sets: uniform objects, Zipf subjects, four relationships;
+//! and the [`Dataset`] every row runs on, synthetic or loaded from a TSV file
+//! (see `tsvdata.rs`).
 //!
 //! Every engine is fed the same `Vec<Tag>` in the same order, so the numbers
 //! differ only by engine.
 
+use crate::report::num;
 use std::collections::{HashMap, HashSet};
 use tagstore::tag::{bucket_of, key_hash};
 use tagstore::{Half, Tag};
@@ -189,16 +192,35 @@ pub fn subject_name(j: usize) -> String {
     }
 }
 
-/// The synthetic data set: vocabularies, the load order, and the samplers.
+/// How FIND keys and fresh tags pick their subject and relationship.
+pub enum Draw {
+    /// Synthetic: subject ranks Zipf, relationships by [`REL_WEIGHTS`].
+    Zipf(Zipf),
+    /// Loaded data: the (relationship index, subject index) of a uniformly
+    /// drawn base tag, so keys come as often as they have tags.
+    Tags(Vec<(u32, u32)>),
+}
+
+/// A data set: vocabularies, the load order, and the samplers.
 pub struct Dataset {
+    /// Seed of the load order and of the planted keys.
     pub seed: u64,
+    /// Where the data came from, for the report (`synthetic` or a path).
+    pub source: String,
+    /// Relationships; index 0 is the one the planted rare keys use.
+    pub rels: Vec<String>,
+    /// Object vocabulary (FIND by object in the mix draws from it uniformly).
     pub objects: Vec<String>,
+    /// Subject vocabulary.
     pub subjects: Vec<String>,
-    pub zipf: Zipf,
+    /// How subjects and relationships are drawn.
+    pub draw: Draw,
     /// Distinct tags in load order (random), without planted rare keys.
     pub base: Vec<Tag>,
-    /// (rel index, subject rank) -> tags, for picking rare keys.
-    pub subject_key_counts: HashMap<(u8, u32), u32>,
+    /// (rel index, subject index) -> tags, for picking rare and peak keys.
+    pub subject_key_counts: HashMap<(u32, u32), u32>,
+    /// Relationships of the mix's FIND by subject and FIND by object.
+    pub mix_rels: (String, String),
 }
 
 impl Dataset {
@@ -213,13 +235,13 @@ impl Dataset {
         let want = n.saturating_sub(2 * RARE_TAGS);
         let mut seen: HashSet<(u32, u8, u32)> = HashSet::with_capacity(want);
         let mut base = Vec::with_capacity(want);
-        let mut counts: HashMap<(u8, u32), u32> = HashMap::new();
+        let mut counts: HashMap<(u32, u32), u32> = HashMap::new();
         while base.len() < want {
             let o = rng.below(n_obj) as u32;
             let r = rng.rel() as u8;
             let s = zipf.sample(&mut rng) as u32;
             if seen.insert((o, r, s)) {
-                *counts.entry((r, s)).or_default() += 1;
+                *counts.entry((r as u32, s)).or_default() += 1;
                 base.push(Tag::new(
                     objects[o as usize].as_str(),
                     RELS[r as usize],
@@ -229,26 +251,85 @@ impl Dataset {
         }
         Dataset {
             seed,
+            source: "synthetic".into(),
+            rels: RELS.iter().map(|r| r.to_string()).collect(),
             objects,
             subjects,
-            zipf,
+            draw: Draw::Zipf(zipf),
             base,
             subject_key_counts: counts,
+            mix_rels: ("isa".into(), "owns".into()),
+        }
+    }
+
+    /// A subject index: Zipf for synthetic data, tag-weighted for loaded data.
+    pub fn sample_subject(&self, rng: &mut Rng) -> usize {
+        match &self.draw {
+            Draw::Zipf(z) => z.sample(rng),
+            Draw::Tags(k) => k[rng.below(k.len())].1 as usize,
+        }
+    }
+
+    /// A relationship, weighted as in the data.
+    pub fn sample_rel(&self, rng: &mut Rng) -> &str {
+        match &self.draw {
+            Draw::Zipf(_) => RELS[rng.rel()],
+            Draw::Tags(k) => &self.rels[k[rng.below(k.len())].0 as usize],
+        }
+    }
+
+    /// A (subject, relationship) key for FIND by subject: Zipf subject and
+    /// independent relationship for synthetic data; the key of a uniformly
+    /// drawn tag for loaded data.
+    pub fn subject_query(&self, rng: &mut Rng) -> (&str, &str) {
+        match &self.draw {
+            Draw::Zipf(z) => {
+                let s = z.sample(rng);
+                (self.subjects[s].as_str(), RELS[rng.rel()])
+            }
+            Draw::Tags(k) => {
+                let (r, s) = k[rng.below(k.len())];
+                (self.subjects[s as usize].as_str(), &self.rels[r as usize])
+            }
+        }
+    }
+
+    /// One line describing the data, for the report.
+    pub fn describe(&self, n_tags: usize, mean_len: f64) -> String {
+        match &self.draw {
+            Draw::Zipf(_) => format!(
+                "{} tags ({mean_len:.1} bytes of strings on average), {} objects uniform, {} subjects \
+                 Zipf({ZIPF_S}), relationships {:?} weighted {:?}; seed {}",
+                num(n_tags as f64),
+                num(self.objects.len() as f64),
+                num(self.subjects.len() as f64),
+                RELS,
+                REL_WEIGHTS,
+                self.seed
+            ),
+            Draw::Tags(_) => format!(
+                "{} tags from {} ({mean_len:.1} bytes of strings on average), {} objects, {} subjects, \
+                 relationships {:?}; load order shuffled with seed {}; FIND keys drawn from the tags",
+                num(n_tags as f64),
+                self.source,
+                num(self.objects.len() as f64),
+                num(self.subjects.len() as f64),
+                self.rels,
+                self.seed
+            ),
         }
     }
 
     /// A fresh tag drawn from the same distributions (may already exist).
     pub fn random_tag(&self, rng: &mut Rng) -> Tag {
-        Tag::new(
-            self.objects[rng.below(self.objects.len())].as_str(),
-            RELS[rng.rel()],
-            self.subjects[self.zipf.sample(rng)].as_str(),
-        )
+        let o = self.objects[rng.below(self.objects.len())].as_str();
+        let r = self.sample_rel(rng).to_string();
+        Tag::new(o, r, self.subjects[self.sample_subject(rng)].as_str())
     }
 
     /// Subject keys with 1..=3 tags, for "rare key" FINDs.
-    pub fn rare_subject_keys(&self, rng: &mut Rng, k: usize) -> Vec<(&'static str, String)> {
-        let mut rare: Vec<(u8, u32)> = self
+    pub fn rare_subject_keys(&self, rng: &mut Rng, k: usize) -> Vec<(String, String)> {
+        let mut rare: Vec<(u32, u32)> = self
             .subject_key_counts
             .iter()
             .filter(|(_, &c)| (1..=3).contains(&c))
@@ -258,7 +339,10 @@ impl Dataset {
         (0..k)
             .map(|_| {
                 let (r, s) = rare[rng.below(rare.len())];
-                (RELS[r as usize], self.subjects[s as usize].clone())
+                (
+                    self.rels[r as usize].clone(),
+                    self.subjects[s as usize].clone(),
+                )
             })
             .collect()
     }
@@ -281,10 +365,10 @@ impl Dataset {
             .iter()
             .max_by_key(|(k, &c)| (c, std::cmp::Reverse(**k)))
             .expect("data set is not empty");
-        let peak_rel = RELS[pr as usize];
+        let peak_rel = self.rels[pr as usize].clone();
         let peak_subject = self.subjects[ps as usize].clone();
-        let peak_bucket = bucket(peak_rel, &peak_subject);
-        let rel = "isa";
+        let peak_bucket = bucket(&peak_rel, &peak_subject);
+        let rel = self.rels[0].as_str();
         let pick = |tag: &str, ok: &dyn Fn(u32) -> bool| -> (String, u32) {
             (0u64..)
                 .map(|k| format!("rare-{tag}-{k}"))
@@ -309,7 +393,7 @@ impl Dataset {
             }
         }
         let plants = Plants {
-            rel,
+            rel: rel.to_string(),
             peak_rel,
             peak_subject,
             peak_tags,
@@ -327,8 +411,8 @@ impl Dataset {
 /// The two planted rare keys of a load order.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Plants {
-    pub rel: &'static str,
-    pub peak_rel: &'static str,
+    pub rel: String,
+    pub peak_rel: String,
     pub peak_subject: String,
     pub peak_tags: u32,
     pub peak_bucket: u32,

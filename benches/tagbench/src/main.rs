@@ -1,18 +1,19 @@
 //! tagbench: tagstore against SQLite, redb, LMDB (heed) and fjall on one
-//! seeded synthetic tag set, and (`--sweep`) a sweep of tagstore's bucket
-//! geometry.
+//! seeded synthetic tag set or a real one (`--data npm|FILE`), and
+//! (`--sweep`) a sweep of tagstore's bucket geometry.
 //!
-//! Usage: `cargo run --release -p tagbench -- [--tags N] [--engines tagstore,sqlite,redb,lmdb,fjall] [--json FILE]`
+//! Usage: `cargo run --release -p tagbench -- [--tags N] [--data synthetic|npm|FILE] [--engines tagstore,sqlite,redb,lmdb,fjall] [--json FILE]`
 //! and `cargo run --release -p tagbench -- --sweep`. See benches/README.md.
 
 mod data;
 mod engines;
 mod report;
 mod sweep;
+mod tsvdata;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use data::{Dataset, Plants, Rng, RARE_TAGS, RELS, REL_WEIGHTS, ZIPF_S};
+use data::{Dataset, Plants, Rng, RARE_TAGS, REL_WEIGHTS, ZIPF_S};
 use engines::{Engine, Files, Finder};
 use report::{num, Lat, Machine};
 use serde::Serialize;
@@ -31,9 +32,14 @@ pub const STORE_SEED: u64 = 0x7A65_7374_6F72_6521;
     about = "Benchmarks tagstore against SQLite, redb, LMDB and fjall"
 )]
 pub struct Args {
-    /// Tags to bulk load.
-    #[arg(long, default_value_t = 1_000_000)]
-    tags: usize,
+    /// Tags to bulk load (synthetic: 1,000,000; --data npm|FILE: all of the
+    /// file's distinct tags that fit a slot, or the first N after shuffling).
+    #[arg(long)]
+    tags: Option<usize>,
+    /// The data: `synthetic` (seeded generator), `npm` (npm.tsv written by
+    /// benches/tagbench/fetch-npm.sh into the cache), or a TSV file of tags.
+    #[arg(long, default_value = "synthetic")]
+    data: String,
     /// Engines, comma separated (tagstore is always the reference column).
     #[arg(
         long,
@@ -44,7 +50,7 @@ pub struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Seed of the synthetic data and workloads.
+    /// Seed of the synthetic data (or of the file data's load order) and of the workloads.
     #[arg(long, default_value_t = 20_240_601)]
     seed: u64,
     /// Directory for the engines' files (a fresh temporary directory inside it).
@@ -117,9 +123,12 @@ enum Op {
     Insert(Tag),
 }
 
+/// Synthetic tags when `--tags` is not given.
+pub const DEFAULT_TAGS: usize = 1_000_000;
+
 fn main() -> Result<()> {
     let args = Args::parse();
-    if args.tags < 100 {
+    if args.tags.is_some_and(|n| n < 100) {
         bail!("--tags must be at least 100");
     }
     if args.sweep {
@@ -297,6 +306,35 @@ impl Bench {
     }
 }
 
+/// The data set `--data` and `--tags` ask for, what loading a file kept,
+/// and the seconds it took.
+pub fn dataset(args: &Args) -> Result<(Dataset, Option<tsvdata::LoadReport>, f64)> {
+    let t = Instant::now();
+    let (ds, rep) = match tsvdata::resolve(&args.data)? {
+        None => (
+            Dataset::generate(args.tags.unwrap_or(DEFAULT_TAGS), args.seed),
+            None,
+        ),
+        Some(path) => {
+            eprintln!("loading {}", path.display());
+            let (ds, rep) = tsvdata::load(&path, args.seed, args.tags)?;
+            println!(
+                "data file: {} ({} lines; {} tags longer than the {}-byte slot skipped, {} repeats \
+                 dropped, {} cut by --tags; {} kept)",
+                path.display(),
+                num(rep.lines as f64),
+                num(rep.too_long as f64),
+                tagstore::SLOT_SIZE,
+                num(rep.duplicates as f64),
+                num(rep.cut as f64),
+                num(rep.kept as f64)
+            );
+            (ds, Some(rep))
+        }
+    };
+    Ok((ds, rep, t.elapsed().as_secs_f64()))
+}
+
 fn compare(args: &Args) -> Result<()> {
     let mut names: Vec<String> = args.engines.iter().map(|s| s.trim().to_string()).collect();
     names.retain(|s| !s.is_empty());
@@ -315,22 +353,24 @@ fn compare(args: &Args) -> Result<()> {
     }
     let machine = Machine::probe();
     machine.print();
-    let n = args.tags;
+    let (ds, load_report, gen_s) = dataset(args)?;
+    // The synthetic generator plants its two rare keys inside its N; a file
+    // data set gets them on top.
+    let n = match load_report {
+        None => args.tags.unwrap_or(DEFAULT_TAGS),
+        Some(_) => ds.base.len() + 2 * RARE_TAGS,
+    };
     let opts = CreateOptions {
         expected_tags: n as u64,
         seed: Some(STORE_SEED),
         ..Default::default()
     };
     let geo = opts.geometry();
-
-    let t = Instant::now();
-    let ds = Dataset::generate(n, args.seed);
     let (tags, plants) = ds.with_plants(
         STORE_SEED,
         geo.primary_buckets_per_half,
         geo.primary_capacity(),
     );
-    let gen_s = t.elapsed().as_secs_f64();
     let mean_len =
         tags.iter().map(|t| t.encoded_len() - 4).sum::<usize>() as f64 / tags.len() as f64;
     let peers: Vec<(&str, &str)> = vec![
@@ -342,11 +382,14 @@ fn compare(args: &Args) -> Result<()> {
     let mut settings = serde_json::json!({
         "tags": n,
         "seed": args.seed,
+        "data": ds.source,
+        "data_file": load_report,
         "objects": ds.objects.len(),
         "subjects": ds.subjects.len(),
         "zipf_exponent": ZIPF_S,
-        "relationships": RELS,
+        "relationships": ds.rels,
         "relationship_weights": REL_WEIGHTS,
+        "mix_relationships": ds.mix_rels,
         "mean_tag_bytes": mean_len,
         "tagstore": format!(
             "default geometry for {n} expected tags: {} primary buckets per half x {} blocks, \
@@ -369,15 +412,8 @@ fn compare(args: &Args) -> Result<()> {
         settings[*name] = serde_json::json!(s);
     }
     println!(
-        "data:    {} tags ({:.1} bytes of strings on average), {} objects uniform, {} subjects Zipf({ZIPF_S}), \
-         relationships {:?} weighted {:?}; seed {}; generated in {gen_s:.1} s",
-        num(tags.len() as f64),
-        mean_len,
-        num(ds.objects.len() as f64),
-        num(ds.subjects.len() as f64),
-        RELS,
-        REL_WEIGHTS,
-        args.seed
+        "data:    {}; ready in {gen_s:.1} s",
+        ds.describe(tags.len(), mean_len)
     );
     println!("tagstore: {}", settings["tagstore"].as_str().unwrap_or(""));
     for (name, s) in &peers {
@@ -410,14 +446,11 @@ fn compare(args: &Args) -> Result<()> {
         })
         .collect();
     let subj_q: Vec<(&str, &str)> = (0..args.subject_finds)
-        .map(|_| {
-            let s = ds.zipf.sample(&mut rng);
-            (ds.subjects[s].as_str(), RELS[rng.rel()])
-        })
+        .map(|_| ds.subject_query(&mut rng))
         .collect();
     let mix: Vec<Op> = (0..args.mix_ops)
         .map(|_| match rng.below(100) {
-            0..=74 => Op::FindSubject(ds.zipf.sample(&mut rng)),
+            0..=74 => Op::FindSubject(ds.sample_subject(&mut rng)),
             75..=89 => Op::FindObject(rng.below(ds.objects.len())),
             90..=94 => Op::Delete(rng.below(tags.len())),
             _ => Op::Insert(ds.random_tag(&mut rng)),
@@ -430,17 +463,18 @@ fn compare(args: &Args) -> Result<()> {
             } else {
                 &plants.rare_quiet
             };
-            (k.as_str(), plants.rel)
+            (k.as_str(), plants.rel.as_str())
         })
         .collect();
     // Fresh tags for the durable rows (objects no other phase uses).
     let n_durable = args.durable_singles + args.durable_batches * args.durable_batch_size;
     let durable_tags: Vec<Tag> = (0..n_durable)
         .map(|i| {
+            let rel = ds.sample_rel(&mut rng).to_string();
             Tag::new(
                 format!("durable/{:04}/IMG_{i:07}.jpg", i / 1000),
-                RELS[rng.rel()],
-                ds.subjects[ds.zipf.sample(&mut rng)].as_str(),
+                rel,
+                ds.subjects[ds.sample_subject(&mut rng)].as_str(),
             )
         })
         .collect();
@@ -717,7 +751,7 @@ fn compare(args: &Args) -> Result<()> {
             .collect(),
     );
     // For scale: FIND of the peak key itself.
-    let big_q = vec![(plants.peak_subject.as_str(), plants.peak_rel); 50];
+    let big_q = vec![(plants.peak_subject.as_str(), plants.peak_rel.as_str()); 50];
     let mut big = accs(ne);
     b.rounds(big_q.len(), 10, |i, e, r| big[i].finds(e, &big_q[r], false))?;
     let big: Vec<Lat> = big.into_iter().map(Acc::lat).collect();
@@ -802,11 +836,11 @@ fn compare(args: &Args) -> Result<()> {
             let t = Instant::now();
             let kind = match op {
                 Op::FindSubject(s) => {
-                    a.found += find_one(e, &ds.subjects[*s], "isa", false)?;
+                    a.found += find_one(e, &ds.subjects[*s], &ds.mix_rels.0, false)?;
                     0
                 }
                 Op::FindObject(o) => {
-                    a.found += find_one(e, &ds.objects[*o], "owns", true)?;
+                    a.found += find_one(e, &ds.objects[*o], &ds.mix_rels.1, true)?;
                     0
                 }
                 Op::Delete(k) => {

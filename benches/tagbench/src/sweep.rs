@@ -39,8 +39,8 @@ struct SweepReport {
 pub fn run(args: &Args) -> Result<()> {
     let machine = Machine::probe();
     machine.print();
-    let n = args.tags;
-    let ds = Dataset::generate(n, args.seed);
+    let (ds, _, _) = crate::dataset(args)?;
+    let n = ds.base.len() + 2 * RARE_TAGS;
     let mut rng = Rng::new(args.seed ^ 0x5EE9);
     let n_obj = args.object_finds.min(50_000);
     let obj_q: Vec<(&str, &str)> = (0..n_obj)
@@ -50,7 +50,7 @@ pub fn run(args: &Args) -> Result<()> {
         })
         .collect();
     let rare = ds.rare_subject_keys(&mut rng, 20_000);
-    let rare_q: Vec<(&str, &str)> = rare.iter().map(|(r, s)| (s.as_str(), *r)).collect();
+    let rare_q: Vec<(&str, &str)> = rare.iter().map(|(r, s)| (s.as_str(), r.as_str())).collect();
     println!(
         "sweep:   {} tags per point, seed {}; {} FINDs by object, {} FINDs of rare subject keys \
          (1-3 tags), 2,000 FINDs of a rare key planted in the biggest peak's bucket; load \
@@ -239,7 +239,7 @@ fn measure(
     time_finds(&mut e, &q.obj[..2_000.min(q.obj.len())], true)?;
     let find_object = time_finds(&mut e, q.obj, true)?;
     let find_rare = time_finds(&mut e, q.rare, false)?;
-    let pq = vec![(plants.rare_peak.as_str(), plants.rel); 2_000];
+    let pq = vec![(plants.rare_peak.as_str(), plants.rel.as_str()); 2_000];
     let find_rare_in_peak_bucket = time_finds(&mut e, &pq, false)?;
     if find_rare_in_peak_bucket.results != (RARE_TAGS * pq.len()) as u64 {
         eprintln!("WARNING: planted rare key returned the wrong number of tags");
