@@ -152,34 +152,57 @@ impl ChainWalk {
 }
 
 /// Compares a slot's key fields with a FIND key without decoding the slot.
-#[derive(Clone, Copy)]
-struct KeyMatch<'k> {
+///
+/// A slot holds `object ++ relationship ++ subject`, so each half's key is
+/// contiguous in it: `object ++ relationship` at the front for the object
+/// half, `relationship ++ subject` at the back for the subject half. One
+/// comparison against that concatenation (the needle) checks the whole key.
+#[derive(Clone)]
+struct KeyMatch {
     half: Half,
-    relationship: &'k [u8],
-    name: &'k [u8],
+    rel_len: usize,
+    name_len: usize,
+    needle: [u8; SLOT_SIZE],
 }
 
-impl KeyMatch<'_> {
+impl KeyMatch {
+    /// The key of a FIND; `None` when it cannot fit in a slot (finds nothing).
+    fn new(half: Half, relationship: &str, name: &str) -> Option<Self> {
+        let (r, n) = (relationship.as_bytes(), name.as_bytes());
+        if SLOT_HEADER + r.len() + n.len() > SLOT_SIZE {
+            return None;
+        }
+        let mut needle = [0u8; SLOT_SIZE];
+        let (a, b) = match half {
+            Half::Object => (n, r),
+            Half::Subject => (r, n),
+        };
+        needle[..a.len()].copy_from_slice(a);
+        needle[a.len()..a.len() + b.len()].copy_from_slice(b);
+        Some(KeyMatch {
+            half,
+            rel_len: r.len(),
+            name_len: n.len(),
+            needle,
+        })
+    }
+
     /// The field a FIND returns, if slot `s` holds the key.
     #[inline]
     fn other<'s>(&self, s: &'s [u8]) -> Option<&'s [u8]> {
         let (lo, lr, ls) = (s[1] as usize, s[2] as usize, s[3] as usize);
-        if s[0] != SLOT_MARKER
-            || lr != self.relationship.len()
-            || SLOT_HEADER + lo + lr + ls > s.len()
-        {
+        if s[0] != SLOT_MARKER || lr != self.rel_len || SLOT_HEADER + lo + lr + ls > s.len() {
             return None;
         }
-        let (r, e) = (SLOT_HEADER + lo, SLOT_HEADER + lo + lr);
+        let k = self.rel_len + self.name_len;
+        let r = SLOT_HEADER + lo;
         match self.half {
-            Half::Object => (lo == self.name.len()
-                && &s[SLOT_HEADER..r] == self.name
-                && &s[r..e] == self.relationship)
-                .then(|| &s[e..e + ls]),
-            Half::Subject => (ls == self.name.len()
-                && &s[e..e + ls] == self.name
-                && &s[r..e] == self.relationship)
-                .then(|| &s[SLOT_HEADER..r]),
+            Half::Object => (lo == self.name_len
+                && s[SLOT_HEADER..SLOT_HEADER + k] == self.needle[..k])
+                .then(|| &s[r + lr..r + lr + ls]),
+            Half::Subject => {
+                (ls == self.name_len && s[r..r + k] == self.needle[..k]).then(|| &s[SLOT_HEADER..r])
+            }
         }
     }
 }
@@ -203,30 +226,34 @@ fn prefetch(s: &[u8]) {
 }
 
 /// One FIND in progress: its key and where its walk stands.
-struct Search<'k> {
-    key: KeyMatch<'k>,
+#[derive(Clone)]
+struct Search {
+    key: KeyMatch,
     fp: u16,
     walk: ChainWalk,
 }
 
-impl<'k> Search<'k> {
-    fn new(store: &Store, half: Half, relationship: &'k str, name: &'k str) -> Self {
+impl Search {
+    fn new(store: &Store, half: Half, relationship: &str, name: &str) -> Self {
         let geo = store.geometry;
         let h = key_hash(store.seed, half, relationship, name);
         let g = geo.global(half, bucket_of(h, geo.primary_buckets_per_half));
-        let fits = relationship.len() + name.len() + tag::SLOT_HEADER <= SLOT_SIZE;
+        let (key, walk) = match KeyMatch::new(half, relationship, name) {
+            Some(k) => (k, ChainWalk::new(g, g + 1, Some(key_fp(h)))),
+            None => (
+                KeyMatch {
+                    half,
+                    rel_len: 0,
+                    name_len: 0,
+                    needle: [0; SLOT_SIZE],
+                },
+                ChainWalk::new(0, 0, None),
+            ),
+        };
         Search {
-            key: KeyMatch {
-                half,
-                relationship: relationship.as_bytes(),
-                name: name.as_bytes(),
-            },
+            key,
             fp: key_fp(h),
-            walk: if fits {
-                ChainWalk::new(g, g + 1, Some(key_fp(h)))
-            } else {
-                ChainWalk::new(0, 0, None)
-            },
+            walk,
         }
     }
 
@@ -280,47 +307,26 @@ fn bad_slot(block: u64, slot: usize) -> Error {
 /// Streaming FIND results: the subjects of an object, or the objects of a subject.
 pub struct Find<'s> {
     store: &'s Store,
-    relationship: Box<str>,
-    name: Box<str>,
-    /// The walk, its key borrowing nothing (lengths and bytes re-borrowed per step).
-    walk: ChainWalk,
-    half: Half,
-    fp: u16,
+    search: Search,
     buf: VecDeque<String>,
     failed: bool,
 }
 
 impl<'s> Find<'s> {
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
-        let s = Search::new(store, half, relationship, name);
         Find {
             store,
-            walk: s.walk,
-            fp: s.fp,
-            half,
-            relationship: relationship.into(),
-            name: name.into(),
+            search: Search::new(store, half, relationship, name),
             buf: VecDeque::new(),
             failed: false,
         }
     }
 
     fn fill(&mut self, inner: &Inner) -> Result<()> {
-        let mut s = Search {
-            key: KeyMatch {
-                half: self.half,
-                relationship: self.relationship.as_bytes(),
-                name: self.name.as_bytes(),
-            },
-            fp: self.fp,
-            walk: self.walk.clone(),
-        };
         let buf = &mut self.buf;
-        let r = s.step(inner, &self.store.geometry, true, |v| {
+        self.search.step(inner, &self.store.geometry, true, |v| {
             buf.push_back(v.to_owned())
-        });
-        self.walk = s.walk;
-        r
+        })
     }
 }
 
@@ -332,7 +338,7 @@ impl Iterator for Find<'_> {
             if let Some(s) = self.buf.pop_front() {
                 return Some(Ok(s));
             }
-            if self.failed || self.walk.done() {
+            if self.failed || self.search.walk.done() {
                 return None;
             }
             let inner = self.store.read();
@@ -446,7 +452,7 @@ impl Store {
 
     fn visit_with(
         &self,
-        s: &mut Search<'_>,
+        s: &mut Search,
         text: &mut String,
         ends: &mut Vec<usize>,
         f: &mut impl FnMut(&str),
