@@ -17,6 +17,10 @@
 //! let mut objects: Vec<String> = store.find_objects("sunset", "isa").collect::<Result<_, _>>()?;
 //! objects.sort();
 //! assert_eq!(objects, ["photo1", "photo2"]);
+//! // The visitor form borrows each result instead of allocating it.
+//! let mut total_len = 0;
+//! let n = store.for_each_object("sunset", "isa", |o| total_len += o.len())?;
+//! assert_eq!((n, total_len), (2, 12));
 //! store.close()?;
 //! let store = Store::open(&path)?;
 //! assert_eq!(store.len(), 2);
