@@ -38,6 +38,39 @@ const OFF_TAGFP: usize = 21;
 const OFF_KEYFP: usize = 46;
 const FULL_MASK: u32 = (1 << SLOTS_PER_BLOCK) - 1;
 
+/// Hints the CPU to load the cache lines at `offsets` of `s` (a no-op off
+/// x86_64; offsets past the end are ignored).
+#[inline(always)]
+pub fn prefetch(s: &[u8], offsets: &[usize]) {
+    #[cfg(target_arch = "x86_64")]
+    for &off in offsets {
+        if let Some(b) = s.get(off) {
+            // SAFETY: prefetch has no side effects and the pointer is in bounds.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (b as *const u8).cast::<i8>(),
+                )
+            };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (s, offsets);
+}
+
+/// Hints the CPU to load the cache line holding `v`.
+#[inline(always)]
+pub fn prefetch_val<T>(v: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch has no side effects; the reference is valid.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            (v as *const T).cast::<i8>(),
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = v;
+}
+
 /// Read-only view of one block.
 #[derive(Clone, Copy)]
 pub struct BlockRef<'a>(pub &'a [u8]);

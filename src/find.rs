@@ -5,7 +5,7 @@
 //! returned exactly once (tags never move while the store is open); a tag
 //! inserted or deleted meanwhile may or may not appear.
 
-use crate::block::BlockRef;
+use crate::block::{prefetch, prefetch_val, BlockRef};
 use crate::chains::next_in_mask;
 use crate::error::{Error, Result};
 use crate::format::Geometry;
@@ -95,6 +95,12 @@ impl ChainWalk {
                 Pos::Done => return Ok(None),
                 Pos::Start => {
                     let n = inner.accel.extent(self.g, geo, |b| inner.block(b))?;
+                    // Ask for every header of the bucket (and the table
+                    // entry read after them) at once: the misses overlap.
+                    inner.prefetch_headers(geo.primary_start(self.g), n);
+                    if let Some(e) = t.primary.get(self.g as usize) {
+                        prefetch_val(e);
+                    }
                     self.pos = Pos::Primary(0, n);
                 }
                 Pos::Primary(i, n) if i < n => {
@@ -116,11 +122,21 @@ impl ChainWalk {
                     };
                 }
                 Pos::Secondary(s, i) if i < geo.blocks_per_secondary => {
+                    if i == 0 {
+                        inner.prefetch_headers(geo.secondary_start(s), geo.blocks_per_secondary);
+                    }
                     self.pos = Pos::Secondary(s, i + 1);
                     return Ok(Some(geo.secondary_start(s) + i as u64));
                 }
                 Pos::Indexed(k, s, mask, i) => {
                     if let Some(b) = next_in_mask(mask, geo.blocks_per_secondary, i) {
+                        if i == 0 {
+                            let mut j = b;
+                            while let Some(x) = next_in_mask(mask, geo.blocks_per_secondary, j) {
+                                inner.prefetch_headers(geo.secondary_start(s) + x as u64, 1);
+                                j = x + 1;
+                            }
+                        }
                         self.pos = Pos::Indexed(k, s, mask, b + 1);
                         return Ok(Some(geo.secondary_start(s) + b as u64));
                     }
@@ -207,24 +223,6 @@ impl KeyMatch {
     }
 }
 
-/// Hints the CPU to load the cache lines of `s` (a no-op off x86_64).
-#[inline(always)]
-fn prefetch(s: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for off in [0, 64, 128] {
-        if let Some(b) = s.get(off) {
-            // SAFETY: prefetch has no side effects and the pointer is in bounds.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    (b as *const u8).cast::<i8>(),
-                )
-            };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = s;
-}
-
 /// One FIND in progress: its key and where its walk stands.
 #[derive(Clone)]
 struct Search {
@@ -279,7 +277,7 @@ impl Search {
             while p != 0 {
                 let i = p.trailing_zeros() as usize;
                 p &= p - 1;
-                prefetch(blk.slot(i));
+                prefetch(blk.slot(i), &[0, 64, 128]);
             }
             let mut any = false;
             while m != 0 {

@@ -141,10 +141,8 @@ pub(crate) struct Inner {
     journal: Option<Journal>,
     store_path: PathBuf,
     sync_hook: Option<SyncHook>,
-    /// Count deltas of this handle's changes, not yet merged.
+    /// Count deltas of this handle's changes, not yet merged (own channel) or shipped (outbox).
     pub pending: crate::counts::Pending,
-    /// Count deltas of this handle's changes, not yet shipped (`take_increment`).
-    pub outbox: crate::counts::Pending,
     /// Whether INSERT/DELETE feed `pending`.
     pub counting: bool,
     /// A change was made with counting off: persisted counts are stale.
@@ -199,6 +197,29 @@ impl Inner {
             cell.fetch_or(bit, Ordering::Relaxed);
         }
         Ok(BlockRef(raw))
+    }
+
+    /// Asks the CPU for the header lines of `n` blocks from `first` (a
+    /// hint: blocks past the end or only in the overlay are skipped).
+    #[inline]
+    pub fn prefetch_headers(&self, first: u64, n: u32) {
+        for b in first..first + n as u64 {
+            if let Ok(raw) = self.file.block(b) {
+                crate::block::prefetch(raw, &[0, 64]);
+            }
+        }
+    }
+
+    /// Asks the CPU for the block headers and table entries of primary
+    /// buckets about to be searched or written, so their misses overlap.
+    fn prefetch_buckets(&self, gs: &[u32]) {
+        let geo = self.geometry();
+        for &g in gs {
+            self.prefetch_headers(geo.primary_start(g), geo.blocks_per_primary);
+            if let Some(e) = self.tables.primary.get(g as usize) {
+                crate::block::prefetch_val(e);
+            }
+        }
     }
 
     fn mark_verified(&self, n: u64) {
@@ -280,6 +301,10 @@ impl Inner {
             Ok(None)
         };
         let extent = self.accel.extent(g, &geo, |b| self.block(b))?;
+        self.prefetch_headers(geo.primary_start(g), extent);
+        if let Some(e) = self.tables.primary.get(g as usize) {
+            crate::block::prefetch_val(e);
+        }
         if let Some(f) = scan(geo.primary_start(g), extent, None)? {
             return Ok(Some(f));
         }
@@ -307,6 +332,7 @@ impl Inner {
         while s != NONE {
             let e = &self.tables.secondary[s as usize];
             if filter_has(&e.filter, kfp) {
+                self.prefetch_headers(geo.secondary_start(s), geo.blocks_per_secondary);
                 if let Some(f) = scan(geo.secondary_start(s), geo.blocks_per_secondary, Some(s))? {
                     return Ok(Some(f));
                 }
@@ -650,6 +676,7 @@ impl Inner {
         let view =
             tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), (gs, hs)] = self.keys(&view);
+        self.prefetch_buckets(&[go, gs]);
         let (ko, ks) = (key_fp(ho), key_fp(hs));
         let tfp = tag_fp(self.sb.seed, slot);
         // The tag is in both halves or neither: search the cheaper chain.
@@ -693,6 +720,7 @@ impl Inner {
         let view =
             tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), (gs, hs)] = self.keys(&view);
+        self.prefetch_buckets(&[go, gs]);
         let tfp = tag_fp(self.sb.seed, slot);
         let fo = self.locate(go, key_fp(ho), tfp, slot)?;
         let fs = self.locate(gs, key_fp(hs), tfp, slot)?;
@@ -727,7 +755,6 @@ impl Inner {
     fn count_change(&mut self, t: &Tag, d: i64) {
         if self.counting {
             self.pending.add(&t.relationship, &t.subject, d);
-            self.outbox.add(&t.relationship, &t.subject, d);
         } else {
             self.counts_stale = true;
         }
@@ -965,7 +992,6 @@ impl Store {
             store_path: path.to_path_buf(),
             sync_hook: None,
             pending: Default::default(),
-            outbox: Default::default(),
             counting: true,
             counts_stale: false,
             next_seq: 0,
@@ -1105,7 +1131,6 @@ impl Store {
             store_path: path.to_path_buf(),
             sync_hook: None,
             pending: Default::default(),
-            outbox: Default::default(),
             counting: true,
             // After a crash, changes not yet merged into the counts are gone.
             counts_stale: recovered,
@@ -1222,7 +1247,8 @@ impl Store {
             inner.count_change(tag, 1);
         }
         inner.after_call(durability)?;
-        let merge = inner.pending.len() >= crate::counts::AUTO_MERGE_KEYS;
+        let merge =
+            inner.pending.len(crate::counts::Channel::Own) >= crate::counts::AUTO_MERGE_KEYS;
         drop(inner);
         if merge {
             self.merge_own_counts()?;
@@ -1249,7 +1275,8 @@ impl Store {
             inner.count_change(tag, -1);
         }
         inner.after_call(durability)?;
-        let merge = inner.pending.len() >= crate::counts::AUTO_MERGE_KEYS;
+        let merge =
+            inner.pending.len(crate::counts::Channel::Own) >= crate::counts::AUTO_MERGE_KEYS;
         drop(inner);
         if merge {
             self.merge_own_counts()?;
@@ -1351,7 +1378,8 @@ impl Store {
             if let Err(e) = inner.after_call(None) {
                 return (out, Err(e));
             }
-            let merge = inner.pending.len() >= crate::counts::AUTO_MERGE_KEYS;
+            let merge =
+                inner.pending.len(crate::counts::Channel::Own) >= crate::counts::AUTO_MERGE_KEYS;
             drop(inner);
             if merge {
                 if let Err(e) = self.merge_own_counts() {
