@@ -106,6 +106,7 @@ impl<'a> BlockRef<'a> {
         self.0[OFF_KIND]
     }
     /// Occupancy bitmap (only the low 25 bits are meaningful).
+    #[inline]
     pub fn bitmap(&self) -> u32 {
         crate::format::rd32(self.0, OFF_BITMAP)
     }
@@ -135,15 +136,18 @@ impl<'a> BlockRef<'a> {
         (free != 0).then(|| free.trailing_zeros() as usize)
     }
     /// Key fingerprint of slot `i`.
+    #[inline]
     pub fn key_fp(&self, i: usize) -> u16 {
         let o = OFF_KEYFP + 2 * i;
         u16::from_le_bytes([self.0[o], self.0[o + 1]])
     }
     /// Whole-tag fingerprint of slot `i`.
+    #[inline]
     pub fn tag_fp(&self, i: usize) -> u8 {
         self.0[OFF_TAGFP + i]
     }
     /// Slot bytes of slot `i`.
+    #[inline]
     pub fn slot(&self, i: usize) -> &'a [u8] {
         let o = HEADER_SIZE + i * SLOT_SIZE;
         &self.0[o..o + SLOT_SIZE]

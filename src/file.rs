@@ -197,6 +197,7 @@ impl MappedFile {
     }
 
     /// Block `n`, or a corruption error naming it if it lies past the end.
+    #[inline]
     pub fn block(&self, n: u64) -> Result<&[u8]> {
         let start = n
             .checked_mul(BLOCK_SIZE as u64)

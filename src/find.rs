@@ -306,7 +306,7 @@ impl Search {
             while p != 0 {
                 let i = p.trailing_zeros() as usize;
                 p &= p - 1;
-                prefetch(blk.slot(i), &[0, 64, 128]);
+                prefetch(blk.slot(i), &[0, 64]);
             }
             let mut any = false;
             while m != 0 {
