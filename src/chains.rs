@@ -51,12 +51,46 @@ pub fn next_in_mask(mask: u64, n: u32, i: u32) -> Option<u32> {
 #[derive(Debug, Default)]
 pub(crate) struct ChainIndex {
     by_fp: HashMap<u16, Vec<(u32, u64)>>,
+    /// Low 32 bits of each secondary tag's [`crate::tag::tag_hash`] → its
+    /// block ([`AMBIGUOUS`] when two tags share the bits). Built by the
+    /// first DELETE (or duplicate check) that searches the chain: a peak's
+    /// fingerprint matches every block of its chain, so without it DELETE
+    /// reads half the chain's block headers.
+    by_tag: Option<HashMap<u32, u64>>,
+}
+
+/// A tag map value: more than one tag has these hash bits; search the chain.
+const AMBIGUOUS: u64 = u64::MAX;
+
+/// What a chain's tag map says about one tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TagHint {
+    /// Not in the chain's secondary buckets.
+    Absent,
+    /// In this block, if anywhere in the chain's secondary buckets.
+    Block(u64),
+    /// Unknown: search the chain.
+    Search,
 }
 
 impl ChainIndex {
     /// Candidate `(bucket, block mask)` pairs for `fp`, each bucket once.
     pub fn candidates(&self, fp: u16) -> &[(u32, u64)] {
         self.by_fp.get(&fp).map_or(&[], |v| v)
+    }
+
+    fn note_tag(&mut self, th: u32, block: u64) {
+        if let Some(m) = self.by_tag.as_mut() {
+            m.entry(th).and_modify(|b| *b = AMBIGUOUS).or_insert(block);
+        }
+    }
+
+    fn forget_tag(&mut self, th: u32, block: u64) {
+        if let Some(m) = self.by_tag.as_mut() {
+            if m.get(&th) == Some(&block) {
+                m.remove(&th);
+            }
+        }
     }
 
     /// Records that block `i` of bucket `s` now holds key fingerprint `fp`.
@@ -120,6 +154,13 @@ impl Accel {
         Ok(n)
     }
 
+    /// Blocks of primary bucket `g` worth reading, if already known.
+    #[inline]
+    pub fn known_extent(&self, g: u32) -> Option<u32> {
+        let e = self.extent.get(g as usize)?.load(Ordering::Relaxed);
+        (e != 0).then(|| e as u32 - 1)
+    }
+
     /// Records a write to block `i` of primary bucket `g` (caller holds the write lock).
     pub fn wrote_primary(&self, g: u32, i: u32) {
         if let Some(cell) = self.extent.get(g as usize) {
@@ -134,13 +175,81 @@ impl Accel {
         }
     }
 
-    /// Records that block `i` of secondary bucket `s` of chain `g` holds key
-    /// fingerprint `fp` (caller holds the write lock).
-    pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, geo: &Geometry) {
+    /// Records that block `i` of secondary bucket `s` of chain `g` holds a
+    /// tag with key fingerprint `fp` and tag hash `th` (caller holds the
+    /// write lock).
+    pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, th: u64, geo: &Geometry) {
         let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(ci) = chains.get_mut(&g) {
             ci.note(s, i, fp, geo);
+            ci.note_tag(th as u32, geo.secondary_start(s) + i as u64);
         }
+    }
+
+    /// Records that the tag with hash `th` left `block` of chain `g`'s
+    /// secondary buckets (caller holds the write lock).
+    pub fn erased_secondary(&mut self, g: u32, th: u64, block: u64) {
+        let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(ci) = chains.get_mut(&g) {
+            ci.forget_tag(th as u32, block);
+        }
+    }
+
+    /// Where the tag with hash `th` sits in chain `g`'s secondary buckets,
+    /// building the chain's tag map on first use. Only for a chain that has
+    /// an index (see [`Accel::with_index`]); callers must hold the store
+    /// lock, so no INSERT runs while the map is built.
+    pub fn tag_hint<'b>(
+        &self,
+        g: u32,
+        th: u64,
+        t: &Tables,
+        geo: &Geometry,
+        seed: u64,
+        block: impl Fn(u64) -> Result<BlockRef<'b>>,
+    ) -> Result<TagHint> {
+        let hint = |m: &HashMap<u32, u64>| match m.get(&(th as u32)) {
+            None => TagHint::Absent,
+            Some(&AMBIGUOUS) => TagHint::Search,
+            Some(&b) => TagHint::Block(b),
+        };
+        {
+            let chains = self.chains.read().unwrap_or_else(|p| p.into_inner());
+            match chains.get(&g) {
+                None => return Ok(TagHint::Search),
+                Some(ci) => {
+                    if let Some(m) = &ci.by_tag {
+                        return Ok(hint(m));
+                    }
+                }
+            }
+        }
+        let mut m: HashMap<u32, u64> = HashMap::new();
+        let mut s = t.primary.get(g as usize).map_or(NONE, |e| e.head);
+        while s != NONE {
+            let start = geo.secondary_start(s);
+            for i in 0..geo.blocks_per_secondary as u64 {
+                let blk = block(start + i)?;
+                let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
+                while bits != 0 {
+                    let k = bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    let h = crate::tag::tag_hash(seed, crate::tag::used_prefix(blk.slot(k)));
+                    m.entry(h as u32)
+                        .and_modify(|b| *b = AMBIGUOUS)
+                        .or_insert(start + i);
+                }
+            }
+            s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);
+        }
+        let out = hint(&m);
+        let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(ci) = chains.get_mut(&g) {
+            if ci.by_tag.is_none() {
+                ci.by_tag = Some(m);
+            }
+        }
+        Ok(out)
     }
 
     /// Runs `f` on the index of chain `g`, building it first when the chain
@@ -183,5 +292,43 @@ impl Accel {
         let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());
         let ci = chains.entry(g).or_insert(ci);
         Ok(Some(f(ci)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn indexed() -> ChainIndex {
+        ChainIndex {
+            by_fp: HashMap::new(),
+            by_tag: Some(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn tag_map_marks_shared_hash_bits_ambiguous_and_keeps_them() {
+        let mut ci = indexed();
+        ci.note_tag(7, 100);
+        assert_eq!(ci.by_tag.as_ref().and_then(|m| m.get(&7)), Some(&100));
+        // A second tag with the same 32 bits, even in the same block: the
+        // map can no longer say where either is, and must not forget them.
+        ci.note_tag(7, 100);
+        assert_eq!(ci.by_tag.as_ref().and_then(|m| m.get(&7)), Some(&AMBIGUOUS));
+        ci.forget_tag(7, 100);
+        assert_eq!(ci.by_tag.as_ref().and_then(|m| m.get(&7)), Some(&AMBIGUOUS));
+        // A unique entry leaves with its tag, and only from its own block.
+        ci.note_tag(9, 200);
+        ci.forget_tag(9, 201);
+        assert_eq!(ci.by_tag.as_ref().and_then(|m| m.get(&9)), Some(&200));
+        ci.forget_tag(9, 200);
+        assert_eq!(ci.by_tag.as_ref().and_then(|m| m.get(&9)), None);
+    }
+
+    #[test]
+    fn no_tag_map_until_built() {
+        let mut ci = ChainIndex::default();
+        ci.note_tag(1, 5);
+        assert!(ci.by_tag.is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! The store: open/create/close, INSERT, DELETE, and crash recovery of the in-flight operation.
 
 use crate::block::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK};
+use crate::chains::TagHint;
 use crate::error::{Error, Result};
 use crate::file::MappedFile;
 use crate::format::{
@@ -178,8 +179,10 @@ fn verified_len(file_len: u64) -> usize {
 impl Inner {
     /// Block `n`, its checksum verified on first use since open.
     pub fn block(&self, n: u64) -> Result<BlockRef<'_>> {
-        if let Some(b) = self.overlay.get(&n) {
-            return Ok(BlockRef(b));
+        if !self.overlay.is_empty() {
+            if let Some(b) = self.overlay.get(&n) {
+                return Ok(BlockRef(b));
+            }
         }
         let raw = self.file.block(n)?;
         let (w, bit) = ((n / 64) as usize, 1u64 << (n % 64));
@@ -215,7 +218,15 @@ impl Inner {
     fn prefetch_buckets(&self, gs: &[u32]) {
         let geo = self.geometry();
         for &g in gs {
-            self.prefetch_headers(geo.primary_start(g), geo.blocks_per_primary);
+            // The written blocks and the first unwritten one (where INSERT
+            // may put the tag); touching holes only costs page walks.
+            let n = self
+                .accel
+                .known_extent(g)
+                .map_or(geo.blocks_per_primary, |e| {
+                    (e + 1).min(geo.blocks_per_primary)
+                });
+            self.prefetch_headers(geo.primary_start(g), n);
             if let Some(e) = self.tables.primary.get(g as usize) {
                 crate::block::prefetch_val(e);
             }
@@ -278,8 +289,9 @@ impl Inner {
     }
 
     /// Finds an encoded tag in the chain of `g`.
-    pub fn locate(&self, g: u32, kfp: u16, tfp: u8, slot: &SlotBytes) -> Result<Option<Found>> {
+    pub fn locate(&self, g: u32, kfp: u16, th: u64, slot: &SlotBytes) -> Result<Option<Found>> {
         let geo = self.geometry();
+        let tfp = tag::fp_of_tag_hash(th);
         let scan = |first: u64, n: u32, sec: Option<u32>| -> Result<Option<Found>> {
             for b in first..first + n as u64 {
                 let blk = self.block(b)?;
@@ -308,14 +320,35 @@ impl Inner {
         if let Some(f) = scan(geo.primary_start(g), extent, None)? {
             return Ok(Some(f));
         }
-        let indexed = self.accel.with_index(
-            g,
-            &self.tables,
-            &geo,
-            |b| self.block(b),
-            |ci| ci.candidates(kfp).to_vec(),
-        )?;
-        if let Some(cands) = indexed {
+        let indexed = self
+            .accel
+            .with_index(g, &self.tables, &geo, |b| self.block(b), |_| ())?;
+        if indexed.is_some() {
+            let seed = self.sb.seed;
+            match self
+                .accel
+                .tag_hint(g, th, &self.tables, &geo, seed, |b| self.block(b))?
+            {
+                TagHint::Absent => return Ok(None),
+                TagHint::Block(b) => {
+                    let s = ((b - geo.secondary_base()) / geo.blocks_per_secondary as u64) as u32;
+                    if let Some(f) = scan(b, 1, Some(s))? {
+                        return Ok(Some(f));
+                    }
+                    // Another tag with the same hash bits: search the chain.
+                }
+                TagHint::Search => {}
+            }
+            let cands = self
+                .accel
+                .with_index(
+                    g,
+                    &self.tables,
+                    &geo,
+                    |b| self.block(b),
+                    |ci| ci.candidates(kfp).to_vec(),
+                )?
+                .unwrap_or_default();
             let n = geo.blocks_per_secondary;
             for (s, mask) in cands {
                 let mut i = 0;
@@ -606,7 +639,7 @@ impl Inner {
         Ok(())
     }
 
-    fn commit_insert(&mut self, g: u32, p: &Plan, kfp: u16) {
+    fn commit_insert(&mut self, g: u32, p: &Plan, kfp: u16, th: u64) {
         let geo = self.geometry();
         match p.sec {
             None => {
@@ -635,18 +668,19 @@ impl Inner {
                 e.used += 1;
                 filter_add(&mut e.filter, kfp);
                 let i = p.addr.block.saturating_sub(geo.secondary_start(s));
-                self.accel.wrote_secondary(g, s, i as u32, kfp, &geo);
+                self.accel.wrote_secondary(g, s, i as u32, kfp, th, &geo);
             }
         }
     }
 
-    fn commit_delete(&mut self, g: u32, f: &Found) {
+    fn commit_delete(&mut self, g: u32, f: &Found, th: u64) {
         match f.sec {
             None => {
                 let e = &mut self.tables.primary[g as usize];
                 e.used = e.used.saturating_sub(1);
             }
             Some(s) => {
+                self.accel.erased_secondary(g, th, f.addr.block);
                 let e = &mut self.tables.secondary[s as usize];
                 e.used = e.used.saturating_sub(1);
                 let ordinal = e.ordinal;
@@ -678,14 +712,15 @@ impl Inner {
         let [(go, ho), (gs, hs)] = self.keys(&view);
         self.prefetch_buckets(&[go, gs]);
         let (ko, ks) = (key_fp(ho), key_fp(hs));
-        let tfp = tag_fp(self.sb.seed, slot);
+        let th = tag::tag_hash(self.sb.seed, tag::used_prefix(slot));
+        let tfp = tag::fp_of_tag_hash(th);
         // The tag is in both halves or neither: search the cheaper chain.
         let (gc, kc) = if self.first_is_cheaper((go, ko), (gs, ks)) {
             (go, ko)
         } else {
             (gs, ks)
         };
-        if check_dup && self.locate(gc, kc, tfp, slot)?.is_some() {
+        if check_dup && self.locate(gc, kc, th, slot)?.is_some() {
             return Ok(false);
         }
         let po = self.plan(go)?;
@@ -709,8 +744,8 @@ impl Inner {
         self.put(&po, slot, ko, tfp)?;
         self.put(&ps, slot, ks, tfp)?;
         self.clear_intent()?;
-        self.commit_insert(go, &po, ko);
-        self.commit_insert(gs, &ps, ks);
+        self.commit_insert(go, &po, ko, th);
+        self.commit_insert(gs, &ps, ks, th);
         self.tag_count += 1;
         Ok(true)
     }
@@ -721,9 +756,9 @@ impl Inner {
             tag::decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), (gs, hs)] = self.keys(&view);
         self.prefetch_buckets(&[go, gs]);
-        let tfp = tag_fp(self.sb.seed, slot);
-        let fo = self.locate(go, key_fp(ho), tfp, slot)?;
-        let fs = self.locate(gs, key_fp(hs), tfp, slot)?;
+        let th = tag::tag_hash(self.sb.seed, tag::used_prefix(slot));
+        let fo = self.locate(go, key_fp(ho), th, slot)?;
+        let fs = self.locate(gs, key_fp(hs), th, slot)?;
         if fo.is_none() && fs.is_none() {
             return Ok(false);
         }
@@ -742,11 +777,11 @@ impl Inner {
         }
         self.clear_intent()?;
         if let Some(f) = &fo {
-            self.commit_delete(go, f);
+            self.commit_delete(go, f, th);
             self.tag_count = self.tag_count.saturating_sub(1);
         }
         if let Some(f) = &fs {
-            self.commit_delete(gs, f);
+            self.commit_delete(gs, f, th);
         }
         Ok(true)
     }
@@ -1318,7 +1353,12 @@ impl Store {
             tag::decode(&slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
         let [(go, ho), _] = inner.keys(&view);
         Ok(inner
-            .locate(go, key_fp(ho), tag_fp(self.seed, &slot), &slot)?
+            .locate(
+                go,
+                key_fp(ho),
+                tag::tag_hash(self.seed, tag::used_prefix(&slot)),
+                &slot,
+            )?
             .is_some())
     }
 

@@ -175,13 +175,24 @@ pub fn bucket_of(h: u64, buckets: u32) -> u32 {
 
 /// 8-bit whole-tag fingerprint kept per slot in the block header.
 pub fn tag_fp(seed: u64, slot: &SlotBytes) -> u8 {
-    let len = SLOT_HEADER + slot[1] as usize + slot[2] as usize + slot[3] as usize;
-    tag_fp_of(seed, &slot[..len.min(SLOT_SIZE)])
+    fp_of_tag_hash(tag_hash(seed, used_prefix(slot)))
 }
 
 /// 8-bit whole-tag fingerprint of the used prefix of a slot.
 pub(crate) fn tag_fp_of(seed: u64, used: &[u8]) -> u8 {
-    (xxh3_64_with_seed(used, seed ^ 0x9E37_79B9_7F4A_7C15) >> 56) as u8
+    fp_of_tag_hash(tag_hash(seed, used))
+}
+
+/// Keyed 64-bit hash of a whole tag (the used prefix of its slot): its top
+/// byte is the 8-bit tag fingerprint, its low 32 bits key the chain
+/// indexes' tag maps.
+pub(crate) fn tag_hash(seed: u64, used: &[u8]) -> u64 {
+    xxh3_64_with_seed(used, seed ^ 0x9E37_79B9_7F4A_7C15)
+}
+
+/// The 8-bit tag fingerprint within a [`tag_hash`].
+pub(crate) fn fp_of_tag_hash(h: u64) -> u8 {
+    (h >> 56) as u8
 }
 
 /// Used prefix of an encoded slot.
