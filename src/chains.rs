@@ -119,10 +119,18 @@ pub(crate) struct Accel {
 }
 
 impl Accel {
-    /// Nothing known yet, for `primary` buckets.
-    pub fn new(primary: u32) -> Self {
+    /// For `primary` buckets, of which those where `empty(g)` holds no tag
+    /// (0 blocks worth reading); the rest unknown until first read.
+    ///
+    /// Learning an extent reads every block of the bucket, and a never-written
+    /// block read through the map costs a page fault and a zeroed page-cache
+    /// page: on a fresh store sized for 10⁸ tags that filled the page cache
+    /// with zeros long before the data. Empty buckets never need it.
+    pub fn new(primary: u32, empty: impl Fn(u32) -> bool) -> Self {
         Accel {
-            extent: (0..primary).map(|_| AtomicU8::new(0)).collect(),
+            extent: (0..primary)
+                .map(|g| AtomicU8::new(u8::from(empty(g))))
+                .collect(),
             chains: RwLock::new(HashMap::new()),
         }
     }

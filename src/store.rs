@@ -1030,7 +1030,7 @@ impl Store {
             counting: true,
             counts_stale: false,
             next_seq: 0,
-            accel: crate::chains::Accel::new(geometry.primary_buckets()),
+            accel: crate::chains::Accel::new(geometry.primary_buckets(), |_| true),
         };
         inner.write_superblock(&sb)?;
         // Counts start empty and exact, so the first close merges instead of scanning.
@@ -1148,6 +1148,10 @@ impl Store {
         let verified = (0..verified_len(file.len()))
             .map(|_| AtomicU64::new(0))
             .collect();
+        // Empty buckets need no extent learning (see `Accel::new`).
+        let accel = crate::chains::Accel::new(geo.primary_buckets(), |g| {
+            tables.primary.get(g as usize).is_some_and(|e| e.used == 0)
+        });
         let mut inner = Inner {
             reserved: Vec::new(),
             open_hint: vec![NONE; geo.primary_buckets() as usize],
@@ -1170,7 +1174,7 @@ impl Store {
             // After a crash, changes not yet merged into the counts are gone.
             counts_stale: recovered,
             next_seq: 0,
-            accel: crate::chains::Accel::new(geo.primary_buckets()),
+            accel,
         };
         if writable {
             // Drop the table image (it goes stale with the first write) and
