@@ -147,17 +147,26 @@ impl Store {
 /// Empty slots before the last occupied slot of the chain of `g`.
 fn chain_holes(inner: &crate::store::Inner, geo: &Geometry, g: u32) -> Result<u64> {
     let t = &inner.tables;
-    let mut blocks: Vec<u64> = (0..geo.blocks_per_primary as u64)
-        .map(|i| geo.primary_start(g) + i)
+    // Past a primary bucket's extent nothing was ever written: count those
+    // blocks as empty without reading them (a read of a never-written block
+    // through the map faults in a zeroed page-cache page).
+    let extent = inner.accel.extent(g, geo, |b| inner.block(b))?;
+    let mut blocks: Vec<Option<u64>> = (0..extent as u64)
+        .map(|i| Some(geo.primary_start(g) + i))
         .collect();
+    blocks.extend((extent..geo.blocks_per_primary).map(|_| None));
     let mut s = t.primary[g as usize].head;
     while s != NONE {
-        blocks.extend((0..geo.blocks_per_secondary as u64).map(|i| geo.secondary_start(s) + i));
+        blocks
+            .extend((0..geo.blocks_per_secondary as u64).map(|i| Some(geo.secondary_start(s) + i)));
         s = t.secondary[s as usize].next;
     }
     let (mut holes, mut pending) = (0u64, 0u64);
     for b in blocks {
-        let bm = inner.block(b)?.bitmap() & ((1 << SLOTS_PER_BLOCK) - 1);
+        let bm = match b {
+            Some(b) => inner.block(b)?.bitmap() & ((1 << SLOTS_PER_BLOCK) - 1),
+            None => 0,
+        };
         if bm == 0 {
             pending += SLOTS_PER_BLOCK as u64;
             continue;
