@@ -108,6 +108,32 @@ impl ChainIndex {
     }
 }
 
+/// Calls `f(bucket, block index, block, slot)` for every occupied slot of
+/// chain `g`'s secondary buckets, in chain order.
+fn for_each_secondary_slot<'b>(
+    g: u32,
+    t: &Tables,
+    geo: &Geometry,
+    block: impl Fn(u64) -> Result<BlockRef<'b>>,
+    mut f: impl FnMut(u32, u32, &BlockRef<'b>, usize),
+) -> Result<()> {
+    let mut s = t.primary.get(g as usize).map_or(NONE, |e| e.head);
+    while s != NONE {
+        let start = geo.secondary_start(s);
+        for i in 0..geo.blocks_per_secondary {
+            let blk = block(start + i as u64)?;
+            let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
+            while bits != 0 {
+                let k = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                f(s, i, &blk, k);
+            }
+        }
+        s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);
+    }
+    Ok(())
+}
+
 /// Extents and chain indexes of one open store.
 #[derive(Debug)]
 pub(crate) struct Accel {
@@ -233,23 +259,12 @@ impl Accel {
             }
         }
         let mut m: HashMap<u32, u64> = HashMap::new();
-        let mut s = t.primary.get(g as usize).map_or(NONE, |e| e.head);
-        while s != NONE {
-            let start = geo.secondary_start(s);
-            for i in 0..geo.blocks_per_secondary as u64 {
-                let blk = block(start + i)?;
-                let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
-                while bits != 0 {
-                    let k = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    let h = crate::tag::tag_hash(seed, crate::tag::used_prefix(blk.slot(k)));
-                    m.entry(h as u32)
-                        .and_modify(|b| *b = AMBIGUOUS)
-                        .or_insert(start + i);
-                }
-            }
-            s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);
-        }
+        for_each_secondary_slot(g, t, geo, block, |s, i, blk, k| {
+            let h = crate::tag::tag_hash(seed, crate::tag::used_prefix(blk.slot(k)));
+            m.entry(h as u32)
+                .and_modify(|b| *b = AMBIGUOUS)
+                .or_insert(geo.secondary_start(s) + i as u64);
+        })?;
         let out = hint(&m);
         let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());
         if let Some(ci) = chains.get_mut(&g) {
@@ -283,20 +298,9 @@ impl Accel {
             }
         }
         let mut ci = ChainIndex::default();
-        let mut s = pe.head;
-        while s != NONE {
-            let start = geo.secondary_start(s);
-            for i in 0..geo.blocks_per_secondary {
-                let blk = block(start + i as u64)?;
-                let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
-                while bits != 0 {
-                    let k = bits.trailing_zeros() as usize;
-                    bits &= bits - 1;
-                    ci.note(s, i, blk.key_fp(k), geo);
-                }
-            }
-            s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);
-        }
+        for_each_secondary_slot(g, t, geo, block, |s, i, blk, k| {
+            ci.note(s, i, blk.key_fp(k), geo)
+        })?;
         let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());
         let ci = chains.entry(g).or_insert(ci);
         Ok(Some(f(ci)))
