@@ -62,6 +62,11 @@ pub(crate) struct ChainIndex {
 /// A tag map value: more than one tag has these hash bits; search the chain.
 const AMBIGUOUS: u64 = u64::MAX;
 
+/// Records in a tag map that a tag with hash bits `th` is in `block`.
+fn note_tag_in(m: &mut HashMap<u32, u64>, th: u32, block: u64) {
+    m.entry(th).and_modify(|b| *b = AMBIGUOUS).or_insert(block);
+}
+
 /// What a chain's tag map says about one tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TagHint {
@@ -81,7 +86,7 @@ impl ChainIndex {
 
     fn note_tag(&mut self, th: u32, block: u64) {
         if let Some(m) = self.by_tag.as_mut() {
-            m.entry(th).and_modify(|b| *b = AMBIGUOUS).or_insert(block);
+            note_tag_in(m, th, block);
         }
     }
 
@@ -261,9 +266,7 @@ impl Accel {
         let mut m: HashMap<u32, u64> = HashMap::new();
         for_each_secondary_slot(g, t, geo, block, |s, i, blk, k| {
             let h = crate::tag::tag_hash(seed, crate::tag::used_prefix(blk.slot(k)));
-            m.entry(h as u32)
-                .and_modify(|b| *b = AMBIGUOUS)
-                .or_insert(geo.secondary_start(s) + i as u64);
+            note_tag_in(&mut m, h as u32, geo.secondary_start(s) + i as u64);
         })?;
         let out = hint(&m);
         let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());

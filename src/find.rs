@@ -5,7 +5,7 @@
 //! returned exactly once (tags never move while the store is open); a tag
 //! inserted or deleted meanwhile may or may not appear.
 
-use crate::block::{prefetch, prefetch_val, BlockRef};
+use crate::block::{prefetch, BlockRef};
 use crate::chains::next_in_mask;
 use crate::error::{Error, Result};
 use crate::format::Geometry;
@@ -97,10 +97,7 @@ impl ChainWalk {
                     let n = inner.accel.extent(self.g, geo, |b| inner.block(b))?;
                     // Ask for every header of the bucket (and the table
                     // entry read after them) at once: the misses overlap.
-                    inner.prefetch_headers(geo.primary_start(self.g), n);
-                    if let Some(e) = t.primary.get(self.g as usize) {
-                        prefetch_val(e);
-                    }
+                    inner.prefetch_bucket(self.g, n);
                     self.pos = Pos::Primary(0, n);
                 }
                 Pos::Primary(i, n) if i < n => {

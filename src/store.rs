@@ -213,6 +213,16 @@ impl Inner {
         }
     }
 
+    /// Asks the CPU for the headers of the first `blocks` blocks of primary
+    /// bucket `g` and for its table entry, so their misses overlap.
+    #[inline]
+    pub fn prefetch_bucket(&self, g: u32, blocks: u32) {
+        self.prefetch_headers(self.geometry().primary_start(g), blocks);
+        if let Some(e) = self.tables.primary.get(g as usize) {
+            crate::block::prefetch_val(e);
+        }
+    }
+
     /// Asks the CPU for the block headers and table entries of primary
     /// buckets about to be searched or written, so their misses overlap.
     fn prefetch_buckets(&self, gs: &[u32]) {
@@ -226,10 +236,7 @@ impl Inner {
                 .map_or(geo.blocks_per_primary, |e| {
                     (e + 1).min(geo.blocks_per_primary)
                 });
-            self.prefetch_headers(geo.primary_start(g), n);
-            if let Some(e) = self.tables.primary.get(g as usize) {
-                crate::block::prefetch_val(e);
-            }
+            self.prefetch_bucket(g, n);
         }
     }
 
@@ -313,10 +320,7 @@ impl Inner {
             Ok(None)
         };
         let extent = self.accel.extent(g, &geo, |b| self.block(b))?;
-        self.prefetch_headers(geo.primary_start(g), extent);
-        if let Some(e) = self.tables.primary.get(g as usize) {
-            crate::block::prefetch_val(e);
-        }
+        self.prefetch_bucket(g, extent);
         if let Some(f) = scan(geo.primary_start(g), extent, None)? {
             return Ok(Some(f));
         }
