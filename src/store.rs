@@ -627,9 +627,12 @@ impl Inner {
         let mut b = BlockMut(raw);
         if b.as_ref().is_unwritten() {
             b.set_identity(p.kind, p.owner, p.ordinal);
+            b.put(p.addr.slot as usize, slot, kfp, tfp);
+            b.seal();
+        } else {
+            // plan() read the block through `block()`, which checked its CRC.
+            b.put_resealed(p.addr.slot as usize, slot, kfp, tfp);
         }
-        b.put(p.addr.slot as usize, slot, kfp, tfp);
-        b.seal();
         self.mark_verified(p.addr.block);
         Ok(())
     }
@@ -637,9 +640,8 @@ impl Inner {
     fn clear(&mut self, addr: SlotAddr) -> Result<()> {
         self.tick()?;
         let raw = self.block_for_write(addr.block)?;
-        let mut b = BlockMut(raw);
-        b.clear(addr.slot as usize);
-        b.seal();
+        // locate() read the block through `block()`, which checked its CRC.
+        BlockMut(raw).clear_resealed(addr.slot as usize);
         Ok(())
     }
 
