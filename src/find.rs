@@ -24,6 +24,8 @@ thread_local! {
 
 /// Blocks read per lock acquisition.
 const BLOCKS_PER_STEP: usize = 16;
+/// Blocks whose matching slots are fetched together (a primary bucket).
+const GROUP: usize = 4;
 
 #[derive(Clone, Copy, Debug)]
 enum Pos {
@@ -290,28 +292,47 @@ impl Search {
         eager: bool,
         mut out: impl FnMut(&[u8], u64, usize) -> Result<()>,
     ) -> Result<()> {
-        for _ in 0..BLOCKS_PER_STEP {
-            let Some(b) = self.walk.next_block(geo, inner)? else {
+        // Blocks are taken in groups: every matching slot of a group is
+        // asked for before the first is compared, so the slot misses of a
+        // bucket's blocks overlap instead of following one another. (An
+        // eager step stops after the first block with results, so it must
+        // not take a block from the walk ahead of using it.)
+        let group = if eager { 1 } else { GROUP };
+        let mut taken = 0;
+        while taken < BLOCKS_PER_STEP {
+            let mut blocks: [(u64, BlockRef<'_>, u32); GROUP] = [(0, BlockRef(&[]), 0); GROUP];
+            let mut n = 0;
+            while n < group && taken < BLOCKS_PER_STEP {
+                let Some(b) = self.walk.next_block(geo, inner)? else {
+                    break;
+                };
+                taken += 1;
+                let blk: BlockRef<'_> = inner.block(b)?;
+                let m = blk.matching(self.fp);
+                // Ask for every matching slot's cache lines at once: a peak's
+                // block is all matches, and fetching them one after another
+                // would serialise the misses.
+                let mut p = m;
+                while p != 0 {
+                    let i = p.trailing_zeros() as usize;
+                    p &= p - 1;
+                    prefetch(blk.slot(i), &[0, 64]);
+                }
+                blocks[n] = (b, blk, m);
+                n += 1;
+            }
+            if n == 0 {
                 return Ok(());
-            };
-            let blk: BlockRef<'_> = inner.block(b)?;
-            let mut m = blk.matching(self.fp);
-            // Ask for every matching slot's cache lines at once: a peak's
-            // block is all matches, and fetching them one after another
-            // would serialise the misses.
-            let mut p = m;
-            while p != 0 {
-                let i = p.trailing_zeros() as usize;
-                p &= p - 1;
-                prefetch(blk.slot(i), &[0, 64]);
             }
             let mut any = false;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                if let Some(v) = self.key.other(blk.slot(i)) {
-                    out(v, b, i)?;
-                    any = true;
+            for &(b, blk, mut m) in &blocks[..n] {
+                while m != 0 {
+                    let i = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    if let Some(v) = self.key.other(blk.slot(i)) {
+                        out(v, b, i)?;
+                        any = true;
+                    }
                 }
             }
             if eager && any {
