@@ -267,6 +267,31 @@ impl MappedFile {
         Ok(())
     }
 
+    /// Writes zeros over `[off, off+len)`, which must hold nothing yet: like
+    /// [`MappedFile::reserve`] it backs the range with disk space (ENOSPC is
+    /// an error here), and it also puts the zeroed pages in the page cache,
+    /// so the map's first touch of them is a minor fault instead of a read
+    /// that zero-fills a page from an unwritten extent.
+    pub fn zero_fill(&mut self, off: u64, len: u64) -> Result<()> {
+        static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+        if self.tmpfs {
+            return Ok(());
+        }
+        let mut at = off;
+        while at < off + len {
+            let n = (off + len - at).min(ZEROS.len() as u64) as usize;
+            self.write_at(at, &ZEROS[..n]).map_err(|e| match e {
+                Error::Io { source, .. } => Error::io(
+                    format!("reserving disk space in {}", self.path.display()),
+                    source,
+                ),
+                e => e,
+            })?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// Writes bytes at an offset with a positioned write (not through the map).
     pub fn write_at(&self, off: u64, data: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
