@@ -130,10 +130,15 @@ impl ChainWalk {
                 Pos::Indexed(k, s, mask, i) => {
                     if let Some(b) = next_in_mask(mask, geo.blocks_per_secondary, i) {
                         if i == 0 {
-                            let mut j = b;
-                            while let Some(x) = next_in_mask(mask, geo.blocks_per_secondary, j) {
-                                inner.prefetch_headers(geo.secondary_start(s) + x as u64, 1);
-                                j = x + 1;
+                            // Entering candidate k: its headers were asked for
+                            // when candidate k-1 was entered; ask for k+1's
+                            // now, so their page walks overlap this bucket's
+                            // slot reads instead of stalling the next entry.
+                            if k == 0 {
+                                prefetch_masked(inner, geo, s, mask);
+                            }
+                            if let Some(Some((s2, m2))) = self.candidate(inner, geo, k + 1)? {
+                                prefetch_masked(inner, geo, s2, m2);
                             }
                         }
                         self.pos = Pos::Indexed(k, s, mask, b + 1);
@@ -163,6 +168,15 @@ impl ChainWalk {
         } else {
             Pos::Done
         }
+    }
+}
+
+/// Asks for the headers of the blocks of secondary bucket `s` set in `mask`.
+fn prefetch_masked(inner: &Inner, geo: &Geometry, s: u32, mask: u64) {
+    let mut j = 0;
+    while let Some(x) = next_in_mask(mask, geo.blocks_per_secondary, j) {
+        inner.prefetch_headers(geo.secondary_start(s) + x as u64, 1);
+        j = x + 1;
     }
 }
 
