@@ -237,6 +237,25 @@ fn wait_until_locked(path: &Path, child: &mut std::process::Child) {
     }
 }
 
+/// The file's bytes once they stop changing: a holder takes the lock before
+/// its open finishes writing (clearing the clean flag, dropping the table
+/// image), and a snapshot taken in between once made
+/// `refused_cli_leaves_store_byte_identical` blame a refused command for the
+/// holder's own writes (seen under a loaded machine).
+fn settled_bytes(path: &Path) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = std::fs::read(path).expect("read");
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = std::fs::read(path).expect("read");
+        if now == last {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the store file never settled");
+        last = now;
+    }
+}
+
 #[test]
 fn cli_writer_in_another_process_locks_out_cli() {
     let _serial = serial();
@@ -313,7 +332,7 @@ fn refused_cli_leaves_store_byte_identical() {
     wait_until_locked(&path, &mut holder);
     // The holder has the store open (marked unclean, table image dropped);
     // whatever bytes it holds now must not change because of a refused command.
-    let during = std::fs::read(&path).expect("read");
+    let during = settled_bytes(&path);
     for args in [
         vec!["insert", p, "a", "b", "c"],
         vec!["insert", p, "--file", "-"],
