@@ -1,6 +1,6 @@
 //! Micro-benchmarks of tagstore's hot paths: key hashing, slot encode/decode,
-//! the fingerprint scan of a block, block checksums, one INSERT and one small
-//! FIND in an open store.
+//! the fingerprint scan of a block, block checksums (full and updated in
+//! place), one INSERT and one small FIND in an open store.
 //!
 //! Run: `cargo bench --bench hot_paths` (see benches/README.md for results).
 //! The machine these run on is shared and noisy: compare numbers from one run
@@ -91,6 +91,26 @@ fn block(c: &mut Criterion) {
     c.bench_function("BlockMut::seal (CRC of 4 KB)", |b| {
         b.iter(|| BlockMut(black_box(&mut w)).seal())
     });
+    // DELETE then INSERT of one slot, with the CRC recomputed over the block
+    // (before) or moved by the bytes that changed (what INSERT/DELETE do).
+    let s = encode(&sample_tag(99)).expect("fits");
+    c.bench_function("clear + put + seal of slot 12 (full CRC)", |b| {
+        b.iter(|| {
+            let mut m = BlockMut(black_box(&mut w));
+            m.clear(12);
+            m.put(12, &s, 7, 9);
+            m.seal();
+        })
+    });
+    assert!(BlockRef(&w).crc_ok());
+    c.bench_function("clear_resealed + put_resealed of slot 12", |b| {
+        b.iter(|| {
+            let mut m = BlockMut(black_box(&mut w));
+            m.clear_resealed(12);
+            m.put_resealed(12, &s, 7, 9);
+        })
+    });
+    assert!(BlockRef(&w).crc_ok());
 }
 
 fn store(c: &mut Criterion) {
