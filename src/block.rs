@@ -302,21 +302,9 @@ mod crc_update {
         out
     }
 
-    /// The raw register `r` after `slots * 160` more zero bytes.
+    /// The raw register `r` after `slots * 160` more zero bytes (`slots` ≤ 25).
     pub fn zeros_after(r: u32, slots: usize) -> u32 {
-        match ADVANCE.get(slots) {
-            Some(cols) => apply(cols, r),
-            None => unreachable_advance(r, slots),
-        }
-    }
-
-    /// Longer advances never occur in a block; computed the slow way.
-    #[cold]
-    fn unreachable_advance(mut r: u32, slots: usize) -> u32 {
-        for _ in 0..slots * SLOT_SIZE {
-            r = zero_byte(r);
-        }
-        r
+        apply(&ADVANCE[slots], r)
     }
 }
 

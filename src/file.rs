@@ -273,6 +273,7 @@ impl MappedFile {
     /// so the map's first touch of them is a minor fault instead of a read
     /// that zero-fills a page from an unwritten extent.
     pub fn zero_fill(&mut self, off: u64, len: u64) -> Result<()> {
+        use std::os::unix::fs::FileExt;
         static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
         if self.tmpfs {
             return Ok(());
@@ -280,12 +281,11 @@ impl MappedFile {
         let mut at = off;
         while at < off + len {
             let n = (off + len - at).min(ZEROS.len() as u64) as usize;
-            self.write_at(at, &ZEROS[..n]).map_err(|e| match e {
-                Error::Io { source, .. } => Error::io(
+            self.file.write_all_at(&ZEROS[..n], at).map_err(|e| {
+                Error::io(
                     format!("reserving disk space in {}", self.path.display()),
-                    source,
-                ),
-                e => e,
+                    e,
+                )
             })?;
             at += n as u64;
         }
