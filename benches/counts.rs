@@ -21,7 +21,7 @@ use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 use std::hint::black_box;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use tagstore::counts::counts_path;
+use tagstore::counts_path;
 use tagstore::{CreateOptions, Increment, IncrementId, Store, Tag};
 
 const SUBJECTS: usize = 100_000;

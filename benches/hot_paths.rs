@@ -9,8 +9,8 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use std::hint::black_box;
 use std::time::Duration;
-use tagstore::block::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};
-use tagstore::tag::{bucket_of, decode, encode, key_fp, key_hash, tag_fp};
+use tagstore::testing::{bucket_of, decode, encode, key_fp, key_hash, tag_fp};
+use tagstore::testing::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};
 use tagstore::{CreateOptions, Half, Store, Tag};
 
 const SEED: u64 = 0x7A65_7374_6F72_6521;

@@ -46,6 +46,8 @@ pub enum Error {
     InvalidArgument(String),
     /// A write was attempted on a store opened read-only.
     ReadOnly,
+    /// An earlier write failed halfway; this handle refuses writes until the store is reopened.
+    Poisoned,
 }
 
 impl Error {
@@ -88,6 +90,10 @@ impl fmt::Display for Error {
             ),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::ReadOnly => write!(f, "store is opened read-only"),
+            Error::Poisoned => write!(
+                f,
+                "store is unusable after a failed write: reopen the store to recover"
+            ),
         }
     }
 }

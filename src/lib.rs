@@ -26,32 +26,40 @@
 //! assert_eq!(store.len(), 2);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Layers, each a folder, data flowing down (DESIGN.md §1): `engine` (the
+//! [`Store`]) over `index` (bucket tables, chain walk) over `pager` (blocks,
+//! durability) over `format` (bytes); `counts` beside the engine, `admin`
+//! above it.
 #![deny(clippy::unwrap_used)]
 #![warn(missing_docs)]
 
-pub mod block;
-mod chains;
-pub mod check;
-pub mod counts;
-pub mod error;
-mod file;
-pub mod find;
-pub mod format;
-mod journal;
-pub mod maintain;
-pub mod stats;
-mod store;
-pub mod tables;
-pub mod tag;
+mod admin;
+mod counts;
+mod engine;
+mod error;
+mod format;
+mod index;
+mod pager;
+mod side;
+
 pub mod tsv;
 
-pub use check::CheckReport;
-pub use counts::{CloudEntry, Increment, IncrementId, MergeOutcome};
+pub use admin::{maintain_temp_path, CheckReport, MaintainOptions, MaintainReport, Stats};
+pub use counts::{counts_path, CloudEntry, Increment, IncrementId, MergeOutcome, AUTO_MERGE_KEYS};
+pub use engine::{BatchOutcome, CreateOptions, Find, Store, Tags};
 pub use error::{Error, Result};
-pub use find::{Find, Tags};
-pub use format::Geometry;
-pub use journal::journal_path;
-pub use maintain::{MaintainOptions, MaintainReport};
-pub use stats::Stats;
-pub use store::{BatchOutcome, CreateOptions, Durability, Store, SyncPoint};
-pub use tag::{Half, Tag, MAX_TAG_BYTES, SLOT_SIZE};
+pub use format::tag::{MAX_TAG_BYTES, SLOT_SIZE};
+pub use format::{Geometry, Half, Tag};
+pub use pager::{journal_path, Durability};
+
+/// Whitebox hooks for tests and benchmarks: crash injection, durability
+/// callbacks and the format's hashes and block layout. Enabled by the
+/// `test-hooks` feature; not part of the stable API.
+#[cfg(feature = "test-hooks")]
+pub mod testing {
+    pub use crate::format::hash::{bucket_of, key_fp, key_hash, place, tag_fp, Place};
+    pub use crate::format::tag::{decode, encode};
+    pub use crate::format::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};
+    pub use crate::pager::{SyncHook, SyncPoint};
+}

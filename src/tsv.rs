@@ -1,6 +1,6 @@
 //! TSV lines of tags with PostgreSQL COPY-style backslash escapes.
 
-use crate::tag::Tag;
+use crate::format::Tag;
 
 /// Escapes a field: backslash, tab, newline and carriage return become `\\`, `\t`, `\n`, `\r`.
 pub fn escape(s: &str) -> String {

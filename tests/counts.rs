@@ -70,7 +70,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-use tagstore::counts::{counts_path, AUTO_MERGE_KEYS};
+use tagstore::{counts_path, AUTO_MERGE_KEYS};
 use tagstore::{CloudEntry, CreateOptions, Increment, IncrementId, Store, Tag};
 
 // ---------------------------------------------------------------- helpers

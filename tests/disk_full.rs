@@ -40,7 +40,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use tagstore::{journal_path, CreateOptions, Durability, Store, SyncPoint, Tag};
+use tagstore::testing::SyncPoint;
+use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
 
 const ROLE_ENV: &str = "TAGSTORE_DISKFULL_ROLE";
 const PATH_ENV: &str = "TAGSTORE_DISKFULL_PATH";

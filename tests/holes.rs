@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use tagstore::tag::{bucket_of, key_hash};
+use tagstore::testing::{bucket_of, key_hash};
 use tagstore::{CreateOptions, Half, Stats, Store, Tag};
 
 const SEED: u64 = 0x401e5;

@@ -31,7 +31,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tagstore::{journal_path, CreateOptions, Durability, Store, SyncPoint, Tag};
+use tagstore::testing::SyncPoint;
+use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
 
 const PAGE: usize = 4096;
 

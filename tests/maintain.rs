@@ -59,8 +59,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tagstore::maintain::temp_path;
-use tagstore::tag::{bucket_of, key_hash, Half};
+use tagstore::maintain_temp_path as temp_path;
+use tagstore::testing::{bucket_of, key_hash};
+use tagstore::Half;
 use tagstore::{
     journal_path, CreateOptions, Durability, Error, Geometry, MaintainOptions, Stats, Store, Tag,
     MAX_TAG_BYTES,

@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 use std::time::Instant;
-use tagstore::tag::{bucket_of, key_hash};
+use tagstore::testing::{bucket_of, key_hash};
 use tagstore::{CreateOptions, Half, Store, Tag};
 
 const PEAK: usize = 200_000;

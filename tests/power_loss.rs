@@ -72,7 +72,8 @@ use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tagstore::{journal_path, CreateOptions, Durability, Store, SyncPoint, Tag};
+use tagstore::testing::SyncPoint;
+use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;

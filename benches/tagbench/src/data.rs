@@ -7,7 +7,7 @@
 
 use crate::report::num;
 use std::collections::{HashMap, HashSet};
-use tagstore::tag::{bucket_of, key_hash};
+use tagstore::testing::{bucket_of, key_hash};
 use tagstore::{Half, Tag};
 
 /// Relationships and how often each is drawn.

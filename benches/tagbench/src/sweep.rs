@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Instant;
-use tagstore::block::SLOTS_PER_BLOCK;
+use tagstore::testing::SLOTS_PER_BLOCK;
 use tagstore::CreateOptions;
 
 #[derive(Debug, Serialize)]

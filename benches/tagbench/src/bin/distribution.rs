@@ -15,7 +15,8 @@ use clap::Parser;
 use md5::{Digest, Md5};
 use serde::Serialize;
 use std::path::PathBuf;
-use tagstore::tag::{bucket_of, key_hash, Half};
+use tagstore::testing::{bucket_of, key_hash};
+use tagstore::Half;
 
 /// Command-line options of the distribution report.
 #[derive(Parser, Debug)]

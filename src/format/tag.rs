@@ -1,7 +1,6 @@
-//! Tags, their 160-byte slot encoding, and the keyed hashes that place them.
+//! Tags and their 160-byte slot encoding.
 
 use crate::error::{Error, Result};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Size of one tag slot in bytes.
 pub const SLOT_SIZE: usize = 160;
@@ -111,14 +110,6 @@ impl SlotView<'_> {
             Half::Subject => self.subject,
         }
     }
-
-    /// The field a FIND on this half returns.
-    pub fn other_name(&self, half: Half) -> &str {
-        match half {
-            Half::Object => self.subject,
-            Half::Subject => self.object,
-        }
-    }
 }
 
 /// Decodes an occupied slot; `None` if it is not a well-formed slot.
@@ -141,62 +132,8 @@ pub fn decode(s: &[u8]) -> Option<SlotView<'_>> {
     })
 }
 
-/// Hash of a (half, relationship, name) key under the store's seed.
-pub fn key_hash(seed: u64, half: Half, relationship: &str, name: &str) -> u64 {
-    // half byte + relationship length byte + both strings; both fit in one slot.
-    let mut buf = [0u8; 2 + 2 * SLOT_SIZE];
-    let (r, n) = (relationship.as_bytes(), name.as_bytes());
-    if r.len() + n.len() > 2 * SLOT_SIZE - 2 {
-        // Longer than any storable key: hash a heap copy (only reachable for
-        // FIND with an impossible key, which then finds nothing).
-        let mut v = Vec::with_capacity(2 + r.len() + n.len());
-        v.push(half as u8);
-        v.extend_from_slice(&(r.len() as u64).to_le_bytes());
-        v.extend_from_slice(r);
-        v.extend_from_slice(n);
-        return xxh3_64_with_seed(&v, seed);
-    }
-    buf[0] = half as u8;
-    buf[1] = r.len() as u8;
-    buf[2..2 + r.len()].copy_from_slice(r);
-    buf[2 + r.len()..2 + r.len() + n.len()].copy_from_slice(n);
-    xxh3_64_with_seed(&buf[..2 + r.len() + n.len()], seed)
-}
-
-/// 16-bit key fingerprint kept per slot in the block header.
-pub fn key_fp(h: u64) -> u16 {
-    h as u16
-}
-
-/// Index of the primary bucket within a half of `buckets` buckets.
-pub fn bucket_of(h: u64, buckets: u32) -> u32 {
-    ((h as u128 * buckets as u128) >> 64) as u32
-}
-
-/// 8-bit whole-tag fingerprint kept per slot in the block header.
-pub fn tag_fp(seed: u64, slot: &SlotBytes) -> u8 {
-    fp_of_tag_hash(tag_hash(seed, used_prefix(slot)))
-}
-
-/// 8-bit whole-tag fingerprint of the used prefix of a slot.
-pub(crate) fn tag_fp_of(seed: u64, used: &[u8]) -> u8 {
-    fp_of_tag_hash(tag_hash(seed, used))
-}
-
-/// Keyed 64-bit hash of a whole tag (the used prefix of its slot): its top
-/// byte is the 8-bit tag fingerprint, its low 32 bits key the chain
-/// indexes' tag maps.
-pub(crate) fn tag_hash(seed: u64, used: &[u8]) -> u64 {
-    xxh3_64_with_seed(used, seed ^ 0x9E37_79B9_7F4A_7C15)
-}
-
-/// The 8-bit tag fingerprint within a [`tag_hash`].
-pub(crate) fn fp_of_tag_hash(h: u64) -> u8 {
-    (h >> 56) as u8
-}
-
 /// Used prefix of an encoded slot.
-pub(crate) fn used_prefix(slot: &[u8]) -> &[u8] {
+pub fn used_prefix(slot: &[u8]) -> &[u8] {
     let len = SLOT_HEADER + slot[1] as usize + slot[2] as usize + slot[3] as usize;
     &slot[..len.min(slot.len())]
 }
@@ -237,16 +174,5 @@ mod tests {
         s[4] = 0xff;
         s[5] = 0xfe;
         assert!(decode(&s).is_none());
-    }
-
-    #[test]
-    fn key_hash_depends_on_seed_half_and_split() {
-        let a = key_hash(1, Half::Object, "isa", "x");
-        assert_ne!(a, key_hash(2, Half::Object, "isa", "x"));
-        assert_ne!(a, key_hash(1, Half::Subject, "isa", "x"));
-        assert_ne!(
-            key_hash(1, Half::Object, "ab", "c"),
-            key_hash(1, Half::Object, "a", "bc")
-        );
     }
 }

@@ -7,11 +7,12 @@
 //! tags; without it the rewrite fails with the filesystem's error and the old
 //! store is left untouched.
 
+use super::stats::Stats;
+use crate::counts::counts_path;
+use crate::engine::{CreateOptions, Store};
 use crate::error::{Error, Result};
-use crate::format::Geometry;
-use crate::stats::Stats;
-use crate::store::{CreateOptions, Store};
-use crate::tag::Tag;
+use crate::format::{Geometry, Tag};
+use crate::side::{remove_if_present, side_path, sync_dir};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -35,20 +36,8 @@ pub struct MaintainReport {
 }
 
 /// Path of the temporary file a maintenance run writes.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".maintain.tmp");
-    PathBuf::from(s)
-}
-
-fn sync_dir(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+pub fn maintain_temp_path(path: &Path) -> PathBuf {
+    side_path(path, "maintain.tmp")
 }
 
 impl Store {
@@ -70,14 +59,10 @@ impl Store {
             before.file_bytes = m.len();
             before.allocated_bytes = m.blocks() * 512;
         }
-        let geometry = options.geometry.unwrap_or(old.geometry);
+        let geometry = options.geometry.unwrap_or(old.geometry());
         geometry.validate()?;
-        let tmp = temp_path(path);
-        match std::fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("removing stale {}", tmp.display()), e)),
-        }
+        let tmp = maintain_temp_path(path);
+        remove_if_present(&tmp, "stale")?;
         let mut copy = || -> Result<()> {
             let new = Store::create(
                 &tmp,
@@ -86,7 +71,7 @@ impl Store {
                     primary_buckets_per_half: Some(geometry.primary_buckets_per_half),
                     blocks_per_primary: Some(geometry.blocks_per_primary),
                     blocks_per_secondary: Some(geometry.blocks_per_secondary),
-                    seed: Some(old.seed),
+                    seed: Some(old.seed()),
                 },
             )?;
             // Say up front when the rewrite cannot fit (blocks are still
@@ -135,13 +120,7 @@ impl Store {
             new.close()?;
             // The counts of the old store stay valid (same tags, same seed):
             // the rewrite's own empty counts file is not needed.
-            match std::fs::remove_file(crate::counts::counts_path(&tmp)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
-                    format!("removing {}", crate::counts::counts_path(&tmp).display()),
-                    e,
-                )),
-                _ => Ok(()),
-            }
+            remove_if_present(&counts_path(&tmp), "the rewrite's counts file")
         };
         if let Err(e) = copy() {
             let _ = std::fs::remove_file(&tmp);
@@ -156,7 +135,7 @@ impl Store {
         }
         sync_dir(path)?;
         // The old handle now refers to the unlinked old file: drop it unwritten.
-        old.abandon();
+        old.abandon_now();
         let after = Store::open_read_only(path)?.stats()?;
         Ok(MaintainReport {
             before,

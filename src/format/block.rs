@@ -14,7 +14,8 @@
 //! | 21  | 25  | per-slot 8-bit whole-tag fingerprints |
 //! | 46  | 50  | per-slot 16-bit key fingerprints |
 
-use crate::tag::{SlotBytes, SLOT_SIZE};
+use super::crc;
+use super::tag::{SlotBytes, SLOT_SIZE};
 
 /// Bytes in a block.
 pub const BLOCK_SIZE: usize = 4096;
@@ -23,8 +24,6 @@ pub const SLOTS_PER_BLOCK: usize = 25;
 /// Bytes of block header before the first slot.
 pub const HEADER_SIZE: usize = BLOCK_SIZE - SLOTS_PER_BLOCK * SLOT_SIZE;
 
-/// Kind byte of a block that was never written (or was freed).
-pub const KIND_EMPTY: u8 = 0;
 /// Kind byte of a block in the primary partition.
 pub const KIND_PRIMARY: u8 = 0xB1;
 /// Kind byte of a block in the secondary partition.
@@ -71,6 +70,24 @@ pub fn prefetch_val<T>(v: &T) {
     let _ = v;
 }
 
+/// Indexes of the set bits of a slot mask, ascending.
+#[derive(Clone, Copy, Debug)]
+pub struct Bits(pub u32);
+
+impl Iterator for Bits {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        if self.0 == 0 {
+            return None;
+        }
+        let i = self.0.trailing_zeros() as usize;
+        self.0 &= self.0 - 1;
+        Some(i)
+    }
+}
+
 /// Read-only view of one block.
 #[derive(Clone, Copy)]
 pub struct BlockRef<'a>(pub &'a [u8]);
@@ -78,7 +95,7 @@ pub struct BlockRef<'a>(pub &'a [u8]);
 impl<'a> BlockRef<'a> {
     /// Stored CRC field.
     pub fn stored_crc(&self) -> u32 {
-        crate::format::rd32(self.0, 0)
+        super::bytes::rd32(self.0, 0)
     }
     /// CRC computed over the block body.
     pub fn computed_crc(&self) -> u32 {
@@ -108,7 +125,7 @@ impl<'a> BlockRef<'a> {
     /// Occupancy bitmap (only the low 25 bits are meaningful).
     #[inline]
     pub fn bitmap(&self) -> u32 {
-        crate::format::rd32(self.0, OFF_BITMAP)
+        super::bytes::rd32(self.0, OFF_BITMAP)
     }
     /// True if the bitmap has bits beyond slot 24.
     pub fn bitmap_valid(&self) -> bool {
@@ -116,15 +133,25 @@ impl<'a> BlockRef<'a> {
     }
     /// Number of occupied slots.
     pub fn used(&self) -> u32 {
-        (self.bitmap() & FULL_MASK).count_ones()
+        self.occupied_mask().count_ones()
+    }
+    /// Occupied slots as a bitmask (bit `i` = slot `i`).
+    #[inline]
+    pub fn occupied_mask(&self) -> u32 {
+        self.bitmap() & FULL_MASK
+    }
+    /// Indexes of the occupied slots, ascending.
+    #[inline]
+    pub fn occupied_slots(&self) -> Bits {
+        Bits(self.occupied_mask())
     }
     /// Owner primary bucket index.
     pub fn owner(&self) -> u32 {
-        crate::format::rd32(self.0, OFF_OWNER)
+        super::bytes::rd32(self.0, OFF_OWNER)
     }
     /// Ordinal in the chain.
     pub fn ordinal(&self) -> u32 {
-        crate::format::rd32(self.0, OFF_ORDINAL)
+        super::bytes::rd32(self.0, OFF_ORDINAL)
     }
     /// Whether slot `i` is occupied.
     pub fn occupied(&self, i: usize) -> bool {
@@ -231,87 +258,17 @@ impl BlockMut<'_> {
         body.iter_mut()
             .zip(&self.0[o..o + SLOT_SIZE])
             .for_each(|(a, b)| *a ^= b);
-        let delta = crc_update::zeros_after(crc_update::raw(&head), SLOTS_PER_BLOCK)
-            ^ crc_update::zeros_after(crc_update::raw(&body), SLOTS_PER_BLOCK - 1 - i);
-        let c = crate::format::rd32(self.0, 0) ^ delta;
+        let delta = crc::zeros_after(crc::raw(&head), SLOTS_PER_BLOCK)
+            ^ crc::zeros_after(crc::raw(&body), SLOTS_PER_BLOCK - 1 - i);
+        let c = super::bytes::rd32(self.0, 0) ^ delta;
         self.0[0..4].copy_from_slice(&c.to_le_bytes());
-    }
-}
-
-/// CRC-32 arithmetic for updating a block's CRC in place.
-///
-/// CRC-32 is affine: for equal-length messages, `crc(A) ^ crc(B)` is the
-/// raw CRC (zero initial register, no final inversion) of `A ^ B`. A change
-/// confined to a few byte ranges therefore moves the CRC by the raw CRC of
-/// each range's XOR difference, advanced over the zero bytes after it to the
-/// end of the block. Every range here ends a whole number of slots before
-/// the end, so the advance is by `k * 160` zero bytes, `k` in `0..=25`.
-mod crc_update {
-    use super::{SLOTS_PER_BLOCK, SLOT_SIZE};
-    use std::sync::LazyLock;
-
-    /// Raw CRC of `d` (zero initial register, no final inversion).
-    pub fn raw(d: &[u8]) -> u32 {
-        let mut h = crc32fast::Hasher::new_with_initial(u32::MAX);
-        h.update(d);
-        !h.finalize()
-    }
-
-    /// One zero byte through the reflected CRC-32 register.
-    const fn zero_byte(mut r: u32) -> u32 {
-        let mut k = 0;
-        while k < 8 {
-            r = if r & 1 != 0 {
-                (r >> 1) ^ 0xEDB8_8320
-            } else {
-                r >> 1
-            };
-            k += 1;
-        }
-        r
-    }
-
-    /// `ADVANCE[k]`: the linear map "feed k*160 zero bytes", as its 32 columns.
-    static ADVANCE: LazyLock<[[u32; 32]; SLOTS_PER_BLOCK + 1]> = LazyLock::new(|| {
-        let mut one_slot = [0u32; 32];
-        for (j, col) in one_slot.iter_mut().enumerate() {
-            let mut r = 1u32 << j;
-            for _ in 0..SLOT_SIZE {
-                r = zero_byte(r);
-            }
-            *col = r;
-        }
-        let mut t = [[0u32; 32]; SLOTS_PER_BLOCK + 1];
-        for (j, col) in t[0].iter_mut().enumerate() {
-            *col = 1 << j;
-        }
-        for k in 1..=SLOTS_PER_BLOCK {
-            let prev = t[k - 1];
-            for (col, p) in t[k].iter_mut().zip(prev) {
-                *col = apply(&one_slot, p);
-            }
-        }
-        t
-    });
-
-    fn apply(cols: &[u32; 32], r: u32) -> u32 {
-        let mut out = 0;
-        for (j, c) in cols.iter().enumerate() {
-            out ^= c & 0u32.wrapping_sub((r >> j) & 1);
-        }
-        out
-    }
-
-    /// The raw register `r` after `slots * 160` more zero bytes (`slots` ≤ 25).
-    pub fn zeros_after(r: u32, slots: usize) -> u32 {
-        apply(&ADVANCE[slots], r)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tag::{encode, Tag};
+    use crate::format::tag::{encode, Tag};
 
     #[test]
     fn header_fits_and_put_clear() {

@@ -1,11 +1,11 @@
 //! `check`: verifies every checksum and invariant of a store.
 
-use crate::block::{BlockRef, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK};
+use crate::engine::Store;
 use crate::error::Result;
-use crate::format::{Intent, INTENT_BLOCK};
-use crate::store::Store;
-use crate::tables::Tables;
-use crate::tag::{self, bucket_of, key_fp, key_hash, tag_fp_of, used_prefix};
+use crate::format::hash::tag_fp_of;
+use crate::format::tag::{decode, used_prefix};
+use crate::format::{place, BlockRef, Intent, INTENT_BLOCK, KIND_PRIMARY, KIND_SECONDARY};
+use crate::index::Tables;
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -48,10 +48,10 @@ impl Store {
     }
 
     fn check_blocks(&self) -> Result<CheckReport> {
-        let inner = self.read();
-        let geo = self.geometry;
-        let seed = self.seed;
-        let file = &inner.file;
+        let st = self.read();
+        let (geo, seed) = (self.geometry(), st.index().seed());
+        let file = st.pager().file();
+        let tables = &st.index().tables;
         let mut r = CheckReport::default();
         if let Some(i) = Intent::decode(file.block(INTENT_BLOCK)?) {
             r.fault(format!(
@@ -60,7 +60,7 @@ impl Store {
             ));
         }
         let mut hashes: [Vec<u128>; 2] = [Vec::new(), Vec::new()];
-        let nsec = inner.tables.secondary.len() as u32;
+        let nsec = tables.secondary.len() as u32;
         let total = geo.secondary_start(nsec);
         for b in geo.primary_start(0)..total {
             r.blocks_checked += 1;
@@ -97,7 +97,7 @@ impl Store {
                 continue;
             }
             let half = geo.half_of(owner);
-            for i in 0..SLOTS_PER_BLOCK {
+            for i in 0..crate::format::SLOTS_PER_BLOCK {
                 let slot = blk.slot(i);
                 if !blk.occupied(i) {
                     if slot.iter().any(|&x| x != 0) || blk.key_fp(i) != 0 || blk.tag_fp(i) != 0 {
@@ -105,20 +105,19 @@ impl Store {
                     }
                     continue;
                 }
-                let Some(v) = tag::decode(slot) else {
+                let Some(v) = decode(slot) else {
                     r.fault(format!(
                         "block {b}, slot {i}: occupied slot does not decode"
                     ));
                     continue;
                 };
-                let h = key_hash(seed, half, v.relationship, v.key_name(half));
-                if geo.global(half, bucket_of(h, geo.primary_buckets_per_half)) != owner {
+                let p = place(&geo, seed, half, v.relationship, v.key_name(half));
+                if p.bucket != owner {
                     r.fault(format!(
                         "block {b}, slot {i}: tag hashes to another bucket than {owner}"
                     ));
                 }
-                if blk.key_fp(i) != key_fp(h) || blk.tag_fp(i) != tag_fp_of(seed, used_prefix(slot))
-                {
+                if blk.key_fp(i) != p.fp() || blk.tag_fp(i) != tag_fp_of(seed, used_prefix(slot)) {
                     r.fault(format!("block {b}, slot {i}: fingerprint mismatch"));
                 }
                 hashes[half.index()].push(xxh3_128(used_prefix(slot)));
@@ -128,14 +127,14 @@ impl Store {
         match Tables::rebuild(file, &geo, nsec) {
             Err(e) => r.fault(format!("chains: {e}")),
             Ok(t) => {
-                for (g, (a, b)) in inner.tables.primary.iter().zip(&t.primary).enumerate() {
+                for (g, (a, b)) in tables.primary.iter().zip(&t.primary).enumerate() {
                     if a != b {
                         r.fault(format!(
                             "primary bucket {g}: table {a:?} but blocks say {b:?}"
                         ));
                     }
                 }
-                for (s, (a, b)) in inner.tables.secondary.iter().zip(&t.secondary).enumerate() {
+                for (s, (a, b)) in tables.secondary.iter().zip(&t.secondary).enumerate() {
                     let superset = a.filter.iter().zip(&b.filter).all(|(x, y)| x & y == *y);
                     if (a.owner, a.ordinal, a.next, a.used) != (b.owner, b.ordinal, b.next, b.used)
                         || !superset
@@ -145,12 +144,12 @@ impl Store {
                         ));
                     }
                 }
-                if inner.tables.free != t.free {
+                if tables.free != t.free {
                     r.fault("free list of secondary buckets disagrees with the blocks".into());
                 }
             }
         }
-        if let Err(e) = inner.tables.validate_links(&geo) {
+        if let Err(e) = tables.validate_links(&geo) {
             r.fault(format!("tables: {e}"));
         }
         r.object_tags = hashes[0].len() as u64;
@@ -171,10 +170,11 @@ impl Store {
                 hashes[1].len()
             ));
         }
-        if r.object_tags != inner.tag_count {
+        if r.object_tags != st.tag_count() {
             r.fault(format!(
                 "tag count {} disagrees with {} tags found",
-                inner.tag_count, r.object_tags
+                st.tag_count(),
+                r.object_tags
             ));
         }
         Ok(r)

@@ -15,10 +15,12 @@
 //!   buckets holding it lets FIND go straight to the few candidates, so a rare
 //!   key next to a peak costs about what it costs in a quiet bucket.
 
-use crate::block::BlockRef;
+use super::tables::Tables;
 use crate::error::Result;
-use crate::format::Geometry;
-use crate::tables::{Tables, NONE};
+use crate::format::hash::tag_hash;
+use crate::format::tag::used_prefix;
+use crate::format::{BlockRef, Geometry};
+use crate::pager::Pager;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::RwLock;
@@ -49,9 +51,9 @@ pub fn next_in_mask(mask: u64, n: u32, i: u32) -> Option<u32> {
 /// Secondary buckets of one chain that hold (or held) each key fingerprint,
 /// each with a mask of the blocks that do.
 #[derive(Debug, Default)]
-pub(crate) struct ChainIndex {
+pub struct ChainIndex {
     by_fp: HashMap<u16, Vec<(u32, u64)>>,
-    /// Low 32 bits of each secondary tag's [`crate::tag::tag_hash`] → its
+    /// Low 32 bits of each secondary tag's `tag_hash` → its
     /// block ([`AMBIGUOUS`] when two tags share the bits). Built by the
     /// first DELETE (or duplicate check) that searches the chain: a peak's
     /// fingerprint matches every block of its chain, so without it DELETE
@@ -69,7 +71,7 @@ fn note_tag_in(m: &mut HashMap<u32, u64>, th: u32, block: u64) {
 
 /// What a chain's tag map says about one tag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum TagHint {
+pub enum TagHint {
     /// Not in the chain's secondary buckets.
     Absent,
     /// In this block, if anywhere in the chain's secondary buckets.
@@ -119,29 +121,24 @@ fn for_each_secondary_slot<'b>(
     g: u32,
     t: &Tables,
     geo: &Geometry,
-    block: impl Fn(u64) -> Result<BlockRef<'b>>,
+    pager: &'b Pager,
     mut f: impl FnMut(u32, u32, &BlockRef<'b>, usize),
 ) -> Result<()> {
-    let mut s = t.primary.get(g as usize).map_or(NONE, |e| e.head);
-    while s != NONE {
+    for (s, _) in t.chain(g) {
         let start = geo.secondary_start(s);
         for i in 0..geo.blocks_per_secondary {
-            let blk = block(start + i as u64)?;
-            let mut bits = blk.bitmap() & ((1 << crate::block::SLOTS_PER_BLOCK) - 1);
-            while bits != 0 {
-                let k = bits.trailing_zeros() as usize;
-                bits &= bits - 1;
+            let blk = pager.block(start + i as u64)?;
+            for k in blk.occupied_slots() {
                 f(s, i, &blk, k);
             }
         }
-        s = t.secondary.get(s as usize).map_or(NONE, |e| e.next);
     }
     Ok(())
 }
 
 /// Extents and chain indexes of one open store.
 #[derive(Debug)]
-pub(crate) struct Accel {
+pub struct Accel {
     /// Per primary bucket: 0 unknown, else 1 + number of blocks up to and
     /// including the highest block ever written.
     extent: Vec<AtomicU8>,
@@ -167,12 +164,7 @@ impl Accel {
     }
 
     /// Blocks of primary bucket `g` worth reading, learning it if unknown.
-    pub fn extent<'b>(
-        &self,
-        g: u32,
-        geo: &Geometry,
-        block: impl Fn(u64) -> Result<BlockRef<'b>>,
-    ) -> Result<u32> {
+    pub fn extent(&self, g: u32, geo: &Geometry, pager: &Pager) -> Result<u32> {
         let Some(cell) = self.extent.get(g as usize) else {
             return Ok(geo.blocks_per_primary);
         };
@@ -183,7 +175,7 @@ impl Accel {
         let start = geo.primary_start(g);
         let mut n = 0;
         for i in 0..geo.blocks_per_primary {
-            if !block(start + i as u64)?.is_unwritten() {
+            if !pager.block(start + i as u64)?.is_unwritten() {
                 n = i + 1;
             }
         }
@@ -238,14 +230,14 @@ impl Accel {
     /// building the chain's tag map on first use. Only for a chain that has
     /// an index (see [`Accel::with_index`]); callers must hold the store
     /// lock, so no INSERT runs while the map is built.
-    pub fn tag_hint<'b>(
+    pub fn tag_hint(
         &self,
         g: u32,
         th: u64,
         t: &Tables,
         geo: &Geometry,
         seed: u64,
-        block: impl Fn(u64) -> Result<BlockRef<'b>>,
+        pager: &Pager,
     ) -> Result<TagHint> {
         let hint = |m: &HashMap<u32, u64>| match m.get(&(th as u32)) {
             None => TagHint::Absent,
@@ -264,8 +256,8 @@ impl Accel {
             }
         }
         let mut m: HashMap<u32, u64> = HashMap::new();
-        for_each_secondary_slot(g, t, geo, block, |s, i, blk, k| {
-            let h = crate::tag::tag_hash(seed, crate::tag::used_prefix(blk.slot(k)));
+        for_each_secondary_slot(g, t, geo, pager, |s, i, blk, k| {
+            let h = tag_hash(seed, used_prefix(blk.slot(k)));
             note_tag_in(&mut m, h as u32, geo.secondary_start(s) + i as u64);
         })?;
         let out = hint(&m);
@@ -280,12 +272,12 @@ impl Accel {
 
     /// Runs `f` on the index of chain `g`, building it first when the chain
     /// is long enough; `None` when the chain is too short to need one.
-    pub fn with_index<'b, R>(
+    pub fn with_index<R>(
         &self,
         g: u32,
         t: &Tables,
         geo: &Geometry,
-        block: impl Fn(u64) -> Result<BlockRef<'b>>,
+        pager: &Pager,
         f: impl FnOnce(&ChainIndex) -> R,
     ) -> Result<Option<R>> {
         let Some(pe) = t.primary.get(g as usize) else {
@@ -301,7 +293,7 @@ impl Accel {
             }
         }
         let mut ci = ChainIndex::default();
-        for_each_secondary_slot(g, t, geo, block, |s, i, blk, k| {
+        for_each_secondary_slot(g, t, geo, pager, |s, i, blk, k| {
             ci.note(s, i, blk.key_fp(k), geo)
         })?;
         let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());

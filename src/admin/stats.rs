@@ -1,10 +1,8 @@
 //! Layout statistics an operator uses to judge the geometry.
 
-use crate::block::SLOTS_PER_BLOCK;
+use crate::engine::{State, Store};
 use crate::error::Result;
-use crate::format::Geometry;
-use crate::store::Store;
-use crate::tables::NONE;
+use crate::format::{Geometry, NONE, SLOTS_PER_BLOCK};
 use serde::Serialize;
 
 /// Layout statistics of a store.
@@ -55,23 +53,18 @@ pub struct Stats {
 impl Store {
     /// Computes layout statistics (reads every written block header once).
     pub fn stats(&self) -> Result<Stats> {
-        let inner = self.read();
-        let geo = self.geometry;
-        let t = &inner.tables;
+        let st = self.read();
+        let geo = self.geometry();
+        let t = &st.index().tables;
         let n = geo.primary_buckets() as usize;
         let mut loads = Vec::with_capacity(n);
         let (mut used_b, mut full_b, mut chains, mut longest, mut holes) = (0u64, 0, 0, 0u64, 0u64);
         let mut primary_used = 0u64;
         for (g, p) in t.primary.iter().enumerate() {
-            let mut load = p.used as u64;
+            let load = t.chain_load(g as u32);
             primary_used += p.used as u64;
             if p.used == geo.primary_capacity() {
                 full_b += 1;
-            }
-            let mut s = p.head;
-            while s != NONE {
-                load += t.secondary[s as usize].used as u64;
-                s = t.secondary[s as usize].next;
             }
             if load > 0 {
                 used_b += 1;
@@ -81,7 +74,7 @@ impl Store {
                 longest = longest.max(p.chain as u64);
             }
             if load > 0 {
-                holes += chain_holes(&inner, &geo, g as u32)?;
+                holes += chain_holes(&st, &geo, g as u32)?;
             }
             loads.push(load);
         }
@@ -92,9 +85,9 @@ impl Store {
             .sum::<f64>()
             / n.max(1) as f64;
         let linked = t.secondary.iter().filter(|e| e.owner != NONE).count() as u64;
-        let file_bytes = inner.file.len();
-        let allocated = inner.file.allocated_bytes();
-        let tags = inner.tag_count;
+        let file_bytes = st.pager().file().len();
+        let allocated = st.pager().file().allocated_bytes();
+        let tags = st.tag_count();
         let primary_fill = primary_used as f64 / (n as f64 * geo.primary_capacity() as f64);
         let mut advice = Vec::new();
         // Peaks always overflow, whatever the geometry; overflow in many
@@ -145,26 +138,24 @@ impl Store {
 }
 
 /// Empty slots before the last occupied slot of the chain of `g`.
-fn chain_holes(inner: &crate::store::Inner, geo: &Geometry, g: u32) -> Result<u64> {
-    let t = &inner.tables;
+fn chain_holes(st: &State, geo: &Geometry, g: u32) -> Result<u64> {
+    let (pager, t) = (st.pager(), &st.index().tables);
     // Past a primary bucket's extent nothing was ever written: count those
     // blocks as empty without reading them (a read of a never-written block
     // through the map faults in a zeroed page-cache page).
-    let extent = inner.accel.extent(g, geo, |b| inner.block(b))?;
+    let extent = st.index().accel.extent(g, geo, pager)?;
     let mut blocks: Vec<Option<u64>> = (0..extent as u64)
         .map(|i| Some(geo.primary_start(g) + i))
         .collect();
     blocks.extend((extent..geo.blocks_per_primary).map(|_| None));
-    let mut s = t.primary[g as usize].head;
-    while s != NONE {
+    for (s, _) in t.chain(g) {
         blocks
             .extend((0..geo.blocks_per_secondary as u64).map(|i| Some(geo.secondary_start(s) + i)));
-        s = t.secondary[s as usize].next;
     }
     let (mut holes, mut pending) = (0u64, 0u64);
     for b in blocks {
         let bm = match b {
-            Some(b) => inner.block(b)?.bitmap() & ((1 << SLOTS_PER_BLOCK) - 1),
+            Some(b) => pager.block(b)?.occupied_mask(),
             None => 0,
         };
         if bm == 0 {

@@ -1,7 +1,7 @@
 //! The store file: an exclusively or shared-locked file mapped with memmap2.
 
-use crate::block::BLOCK_SIZE;
 use crate::error::{Error, Result};
+use crate::format::BLOCK_SIZE;
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -12,7 +12,7 @@ enum Map {
 }
 
 /// A locked, memory-mapped store file.
-pub(crate) struct MappedFile {
+pub struct MappedFile {
     file: File,
     map: Map,
     path: PathBuf,
@@ -348,7 +348,7 @@ impl MappedFile {
 
 /// Reads blocks in ascending order with large positioned reads: a whole-file
 /// scan (table rebuild) runs at disk speed instead of one page fault per block.
-pub(crate) struct SeqReader<'a> {
+pub struct SeqReader<'a> {
     file: &'a MappedFile,
     buf: Vec<u8>,
     start: u64,

@@ -24,11 +24,10 @@
 //! | 32 + 4104n | 4 | CRC32 of bytes 0 .. 32 + 4104n |
 //! | 36 + 4104n | 4 | magic `TEND` |
 
-use crate::block::BLOCK_SIZE;
-use crate::error::{Error, Result};
-use std::fs::{File, OpenOptions};
-use std::io::Read;
-use std::os::unix::fs::FileExt;
+use crate::error::Result;
+use crate::format::bytes::{rd32, rd64};
+use crate::format::BLOCK_SIZE;
+use crate::side::{side_path, AppendLog};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"TJNL";
@@ -39,21 +38,17 @@ const ENTRY: usize = 8 + BLOCK_SIZE;
 
 /// Path of the journal beside a store file.
 pub fn journal_path(store: &Path) -> PathBuf {
-    let mut s = store.as_os_str().to_owned();
-    s.push(".journal");
-    PathBuf::from(s)
+    side_path(store, "journal")
 }
 
 /// One complete commit read back from the journal.
-pub(crate) struct Commit {
+pub struct Commit {
     pub blocks: Vec<(u64, Vec<u8>)>,
 }
 
 /// The open journal file.
-pub(crate) struct Journal {
-    file: File,
-    path: PathBuf,
-    len: u64,
+pub struct Journal {
+    log: AppendLog,
     next_seq: u64,
     seed: u64,
 }
@@ -61,22 +56,10 @@ pub(crate) struct Journal {
 impl Journal {
     /// Opens (creating if needed) the journal of the store at `store`.
     pub fn open(store: &Path, seed: u64) -> Result<Journal> {
-        let path = journal_path(store);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening journal {}", path.display()), e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(format!("reading journal {}", path.display()), e))?
-            .len();
+        let log = AppendLog::open(journal_path(store), true, true)?
+            .ok_or_else(|| crate::Error::corrupt("journal vanished while being created"))?;
         Ok(Journal {
-            file,
-            path,
-            len,
+            log,
             next_seq: 0,
             seed,
         })
@@ -84,49 +67,38 @@ impl Journal {
 
     /// Bytes in the journal.
     pub fn len(&self) -> u64 {
-        self.len
+        self.log.len()
     }
 
     /// Reads every complete, valid commit from the start; stops at the first
     /// torn or foreign one.
     pub fn read_commits(&mut self) -> Result<Vec<Commit>> {
-        let mut data = Vec::new();
-        let mut f = &self.file;
-        f.read_to_end(&mut data)
-            .map_err(|e| Error::io(format!("reading journal {}", self.path.display()), e))?;
+        let data = self.log.read_all()?;
         let mut out = Vec::new();
         let mut at = 0usize;
         let mut expect: Option<u64> = None;
         while data.len() >= at + HEADER {
             let h = &data[at..at + HEADER];
-            if &h[0..4] != MAGIC
-                || crate::format::rd32(h, 4) != VERSION
-                || crate::format::rd64(h, 8) != self.seed
-            {
+            if &h[0..4] != MAGIC || rd32(h, 4) != VERSION || rd64(h, 8) != self.seed {
                 break;
             }
-            let seq = crate::format::rd64(h, 16);
+            let seq = rd64(h, 16);
             if expect.is_some_and(|e| e != seq) {
                 break;
             }
-            let n = crate::format::rd32(h, 24) as usize;
+            let n = rd32(h, 24) as usize;
             let body = HEADER + n * ENTRY;
             if data.len() < at + body + 8 {
                 break;
             }
             let crc = crc32fast::hash(&data[at..at + body]);
-            if crate::format::rd32(&data, at + body) != crc
-                || &data[at + body + 4..at + body + 8] != END
-            {
+            if rd32(&data, at + body) != crc || &data[at + body + 4..at + body + 8] != END {
                 break;
             }
             let blocks = (0..n)
                 .map(|i| {
                     let e = at + HEADER + i * ENTRY;
-                    (
-                        crate::format::rd64(&data, e),
-                        data[e + 8..e + ENTRY].to_vec(),
-                    )
+                    (rd64(&data, e), data[e + 8..e + ENTRY].to_vec())
                 })
                 .collect();
             out.push(Commit { blocks });
@@ -158,42 +130,26 @@ impl Journal {
         let crc = crc32fast::hash(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
         buf.extend_from_slice(END);
-        let r = self
-            .file
-            .write_all_at(&buf, self.len)
-            .and_then(|()| self.file.sync_data());
-        if let Err(e) = r {
-            let _ = self.file.set_len(self.len);
-            return Err(Error::io(
-                format!("writing journal {}", self.path.display()),
-                e,
-            ));
-        }
-        self.len += buf.len() as u64;
+        self.log.append(&buf)?;
         self.next_seq += 1;
         Ok(())
     }
 
     /// Empties the journal once its blocks are durable in the store file.
     pub fn reset(&mut self) -> Result<()> {
-        self.file
-            .set_len(0)
-            .and_then(|()| self.file.sync_all())
-            .map_err(|e| Error::io(format!("truncating journal {}", self.path.display()), e))?;
-        self.len = 0;
-        Ok(())
+        self.log.truncate(0)
     }
 
     /// Removes the (empty) journal file.
     pub fn remove(self) -> Result<()> {
-        std::fs::remove_file(&self.path)
-            .map_err(|e| Error::io(format!("removing journal {}", self.path.display()), e))
+        self.log.remove()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     #[test]
     fn append_read_and_torn_tail() {

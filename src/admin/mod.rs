@@ -1,0 +1,9 @@
+//! Operator tools over the engine's API: `check`, `stats` and offline `maintain`.
+
+mod check;
+mod maintain;
+mod stats;
+
+pub use check::CheckReport;
+pub use maintain::{maintain_temp_path, MaintainOptions, MaintainReport};
+pub use stats::Stats;

@@ -1,0 +1,225 @@
+//! `STORE.counts`: a header, then CRC-framed records (a snapshot, then one per merge).
+
+use super::increment::IncrementId;
+use super::model::Counts;
+use crate::error::{Error, Result};
+use crate::format::bytes::rd32;
+use crate::side::{side_path, AppendLog};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// One record of the counts file.
+#[derive(Serialize, Deserialize)]
+pub enum Record {
+    /// Every count, and the increments merged into them.
+    Snapshot {
+        version: u64,
+        own_only: bool,
+        counts: Vec<(String, String, i64)>,
+        processed: Vec<IncrementId>,
+    },
+    /// One merge: the increments merged and the summed changes.
+    Merge {
+        version: u64,
+        ids: Vec<IncrementId>,
+        deltas: Vec<(String, String, i64)>,
+        foreign: bool,
+    },
+}
+
+/// Current counts-file magic. `TSCOUNT1` (unsigned snapshot counts) was
+/// never released and is treated like a missing file.
+const MAGIC: &[u8; 8] = b"TSCOUNT2";
+const HEADER: usize = 16;
+
+/// Path of the counts file beside a store.
+pub fn counts_path(store: &Path) -> PathBuf {
+    side_path(store, "counts")
+}
+
+/// A record framed for the file: length, CRC32, then the bincode body.
+fn frame(rec: &Record) -> Result<Vec<u8>> {
+    let body = bincode::serde::encode_to_vec(rec, bincode::config::standard())
+        .map_err(|e| Error::InvalidArgument(format!("encoding counts record: {e}")))?;
+    let mut buf = Vec::with_capacity(body.len() + 8);
+    buf.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    buf.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+    buf.extend_from_slice(&body);
+    Ok(buf)
+}
+
+/// The counts file: header then CRC-framed records.
+pub struct CountsFile {
+    log: AppendLog,
+    seed: u64,
+    snapshot_len: u64,
+}
+
+impl CountsFile {
+    /// Loads the counts file; `Ok(None)` when absent, damaged or foreign (rebuild).
+    pub fn load(store: &Path, seed: u64, writable: bool) -> Result<Option<(Counts, CountsFile)>> {
+        let Some(mut log) = AppendLog::open(counts_path(store), writable, false)? else {
+            return Ok(None);
+        };
+        let data = log.read_all()?;
+        if data.len() < HEADER || &data[..8] != MAGIC || data[8..16] != seed.to_le_bytes() {
+            return Ok(None);
+        }
+        let mut at = HEADER;
+        let mut counts: Option<Counts> = None;
+        let mut snapshot_len = 0;
+        while data.len() >= at + 8 {
+            let (len, crc) = (rd32(&data, at) as usize, rd32(&data, at + 4));
+            let Some(body) = data.get(at + 8..at + 8 + len) else {
+                break;
+            };
+            if crc32fast::hash(body) != crc {
+                break;
+            }
+            let Ok((rec, _)) =
+                bincode::serde::decode_from_slice::<Record, _>(body, bincode::config::standard())
+            else {
+                break;
+            };
+            match (rec, counts.as_mut()) {
+                (
+                    Record::Snapshot {
+                        version,
+                        own_only,
+                        counts: list,
+                        processed,
+                    },
+                    None,
+                ) => {
+                    let mut c = Counts::empty(version, own_only);
+                    for (r, s, n) in list {
+                        c.set(r, s, n);
+                    }
+                    c.processed = processed.into_iter().collect();
+                    snapshot_len = (8 + len) as u64;
+                    counts = Some(c);
+                }
+                (
+                    Record::Merge {
+                        version,
+                        ids,
+                        deltas,
+                        foreign,
+                    },
+                    Some(c),
+                ) if version == c.version + 1 => {
+                    c.apply(&deltas);
+                    c.processed.extend(ids);
+                    c.version = version;
+                    c.own_only &= !foreign;
+                }
+                _ => break,
+            }
+            at += 8 + len;
+        }
+        let Some(mut counts) = counts else {
+            return Ok(None);
+        };
+        counts.cut = at < data.len();
+        // A torn last merge was never acknowledged: cut it off.
+        if writable && at < data.len() {
+            log.truncate(at as u64)?;
+        }
+        Ok(Some((
+            counts,
+            CountsFile {
+                log,
+                seed,
+                snapshot_len,
+            },
+        )))
+    }
+
+    /// Writes a fresh file holding one snapshot, atomically (temp + rename).
+    pub fn create(store: &Path, seed: u64, counts: &Counts) -> Result<CountsFile> {
+        let path = counts_path(store);
+        let mut f = CountsFile {
+            log: AppendLog::create(side_path(&path, "tmp"))?,
+            seed,
+            snapshot_len: 0,
+        };
+        let mut buf = Vec::with_capacity(HEADER);
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&seed.to_le_bytes());
+        buf.extend_from_slice(&frame(&counts.snapshot())?);
+        f.log.append(&buf)?;
+        f.snapshot_len = f.log.len() - HEADER as u64;
+        f.log.rename(path)?;
+        Ok(f)
+    }
+
+    /// Appends one record and makes it durable.
+    pub fn append(&mut self, rec: &Record) -> Result<()> {
+        self.log.append(&frame(rec)?)
+    }
+
+    /// Bytes in the file.
+    #[cfg(test)]
+    pub fn len(&self) -> u64 {
+        self.log.len()
+    }
+
+    /// True when the merge log has grown past the snapshot and should be folded.
+    pub fn wants_compaction(&self) -> bool {
+        self.log.len() > HEADER as u64 + 2 * self.snapshot_len.max(64 << 10)
+    }
+
+    /// Rewrites the file as a single snapshot of `counts`.
+    pub fn compact(&mut self, store: &Path, counts: &Counts) -> Result<()> {
+        *self = CountsFile::create(store, self.seed, counts)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counts::increment::{Increment, IncrementId};
+    use std::collections::HashMap;
+    use std::fs::OpenOptions;
+
+    #[test]
+    fn merges_are_exactly_once_and_survive_torn_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut c = Counts::from_counts(HashMap::new());
+        let mut f = CountsFile::create(&store, 5, &c).expect("create");
+        let inc = |w, s, d| Increment {
+            id: IncrementId { writer: w, seq: s },
+            deltas: vec![("isa".into(), "x".into(), d)],
+        };
+        assert!(c.submit(inc(1, 0, 3)));
+        assert!(!c.submit(inc(1, 0, 3)), "duplicate while queued");
+        c.merge_queue(&mut f, 1).expect("merge");
+        assert!(!c.submit(inc(1, 0, 3)), "late duplicate after merge");
+        assert!(c.submit(inc(2, 0, 4)));
+        c.merge_queue(&mut f, 1).expect("merge");
+        assert_eq!(c.get("isa", "x"), 7);
+        assert!(!c.own_only);
+        let full = f.len();
+        drop(f);
+        let (back, _) = CountsFile::load(&store, 5, true)
+            .expect("load")
+            .expect("present");
+        assert_eq!((back.version, back.get("isa", "x")), (2, 7));
+        // Tear the last merge: the counts are those of the first merge only.
+        let file = OpenOptions::new()
+            .write(true)
+            .open(counts_path(&store))
+            .expect("open");
+        file.set_len(full - 3).expect("cut");
+        let (back, _) = CountsFile::load(&store, 5, true)
+            .expect("load")
+            .expect("present");
+        assert_eq!((back.version, back.get("isa", "x")), (1, 3));
+        assert!(
+            CountsFile::load(&store, 6, false).expect("load").is_none(),
+            "foreign seed"
+        );
+    }
+}

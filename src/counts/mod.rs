@@ -1,0 +1,94 @@
+//! Tag usage counters and the tag cloud, kept current from merged increments
+//! (after the tag-cloud increment design: in-memory increments, merged in
+//! batches, exactly once, one new version per merge).
+//!
+//! Counts are kept per `(relationship, subject)`: how many objects carry it.
+//! They live in `STORE.counts`, an append-only file of CRC-framed records:
+//! a snapshot, then one record per merge. A merge is one record appended and
+//! fsynced, so after a crash the counts are those of a whole number of
+//! merges; a torn last record is dropped. See DESIGN.md §8 for the layout.
+//!
+//! Nothing here knows the store: the engine's write path feeds [`Feed`],
+//! and the engine hands these types what they need (paths, tag counts, a
+//! scan of the tags) when it asks for counts.
+
+mod increment;
+mod log;
+mod model;
+mod pending;
+
+pub use increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
+pub use log::{counts_path, CountsFile};
+pub use model::Counts;
+pub use pending::{Channel, Pending};
+
+use crate::error::Result;
+use crate::format::Tag;
+use std::path::Path;
+
+/// Distinct pending keys past which a handle merges its own increment.
+pub const AUTO_MERGE_KEYS: usize = 1_000_000;
+
+/// What the write path feeds as tags change: this handle's pending deltas.
+#[derive(Debug)]
+pub struct Feed {
+    /// Count deltas of this handle's changes, not yet merged (own channel) or shipped (outbox).
+    pub pending: Pending,
+    /// Whether INSERT/DELETE feed `pending`.
+    pub counting: bool,
+    /// A change was made with counting off (or lost in a crash): persisted counts are stale.
+    pub stale: bool,
+    /// Next increment sequence number.
+    pub next_seq: u64,
+}
+
+impl Feed {
+    /// A feed with counting on; `stale` when changes may have been missed.
+    pub fn new(stale: bool) -> Feed {
+        Feed {
+            pending: Pending::default(),
+            counting: true,
+            stale,
+            next_seq: 0,
+        }
+    }
+
+    /// Records that tag `t` was inserted (`d` = 1) or deleted (`d` = -1).
+    #[inline]
+    pub fn change(&mut self, t: &Tag, d: i64) {
+        if self.counting {
+            self.pending.add(&t.relationship, &t.subject, d);
+        } else {
+            self.stale = true;
+        }
+    }
+
+    /// True when this handle should merge its own pending changes now.
+    pub fn wants_merge(&self) -> bool {
+        self.pending.len(Channel::Own) >= AUTO_MERGE_KEYS
+    }
+}
+
+/// Counts in memory plus their file (absent for read-only handles that rebuilt).
+pub struct Loaded {
+    /// The merged counts.
+    pub counts: Counts,
+    /// Their file, when writable.
+    pub file: Option<CountsFile>,
+    /// Increments queued before a merge.
+    pub threshold: usize,
+}
+
+impl Loaded {
+    /// Merges every queued increment as one version; folds the log when it has grown.
+    pub fn merge(&mut self, store: &Path, own_writer: u64) -> Result<MergeOutcome> {
+        let Some(file) = self.file.as_mut() else {
+            return Err(crate::Error::ReadOnly);
+        };
+        let out = self.counts.merge_queue(file, own_writer)?;
+        if file.wants_compaction() {
+            file.compact(store, &self.counts)?;
+        }
+        Ok(out)
+    }
+}

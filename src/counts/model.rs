@@ -1,0 +1,239 @@
+//! The merged counts, the tag cloud index, and exactly-once merging of increments.
+
+use super::increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
+use super::log::{CountsFile, Record};
+use crate::error::{Error, Result};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// The merged counts, the cloud index and the ids already merged.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub version: u64,
+    /// True while every merged increment came from this store's own tags, so
+    /// the counts can be rebuilt from (and checked against) the tags.
+    pub own_only: bool,
+    /// Signed: increments of one writer may merge out of order, so a count
+    /// can dip below zero until the earlier increment arrives.
+    counts: HashMap<(String, String), i64>,
+    cloud: BTreeMap<String, BTreeSet<(Reverse<u64>, String)>>,
+    /// The load cut off a torn or damaged record.
+    pub cut: bool,
+    pub processed: HashSet<IncrementId>,
+    /// Increments received but not yet merged.
+    queue: Vec<Increment>,
+}
+
+impl Counts {
+    /// No counts yet, at `version`.
+    pub fn empty(version: u64, own_only: bool) -> Counts {
+        Counts {
+            version,
+            own_only,
+            ..Counts::default()
+        }
+    }
+
+    /// Counts built from scratch (e.g. from the tags).
+    pub fn from_counts(counts: HashMap<(String, String), u64>) -> Counts {
+        let mut c = Counts {
+            own_only: true,
+            ..Counts::default()
+        };
+        for ((r, s), n) in counts {
+            c.set(r, s, n as i64);
+        }
+        c
+    }
+
+    pub(super) fn set(&mut self, r: String, s: String, n: i64) {
+        let old = self
+            .counts
+            .get(&(r.clone(), s.clone()))
+            .copied()
+            .unwrap_or(0);
+        if old == n {
+            return;
+        }
+        let idx = self.cloud.entry(r.clone()).or_default();
+        if old > 0 {
+            idx.remove(&(Reverse(old as u64), s.clone()));
+        }
+        if n > 0 {
+            idx.insert((Reverse(n as u64), s.clone()));
+        }
+        if idx.is_empty() {
+            self.cloud.remove(&r);
+        }
+        if n != 0 {
+            self.counts.insert((r, s), n);
+        } else {
+            self.counts.remove(&(r, s));
+        }
+    }
+
+    pub(super) fn apply(&mut self, deltas: &[(String, String, i64)]) {
+        for (r, s, d) in deltas {
+            let old = self.signed(r, s);
+            self.set(r.clone(), s.clone(), old + d);
+        }
+    }
+
+    fn signed(&self, relationship: &str, subject: &str) -> i64 {
+        self.counts
+            .get(&(relationship.to_owned(), subject.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Count of (relationship, subject); never below zero.
+    pub fn get(&self, relationship: &str, subject: &str) -> u64 {
+        self.signed(relationship, subject).max(0) as u64
+    }
+
+    /// Sum of all counts (equals the tag count when `own_only`).
+    pub fn total(&self) -> i64 {
+        self.counts.values().sum()
+    }
+
+    /// Every non-zero count, sorted (for checks).
+    pub fn all(&self) -> BTreeMap<(String, String), i64> {
+        self.counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// The top `k` subjects of a relationship with weights.
+    pub fn cloud(&self, relationship: &str, k: usize) -> Vec<CloudEntry> {
+        let Some(idx) = self.cloud.get(relationship) else {
+            return Vec::new();
+        };
+        let top: Vec<(u64, &String)> = idx.iter().take(k).map(|(Reverse(n), s)| (*n, s)).collect();
+        let (max, min) = (
+            top.first().map_or(1, |x| x.0) as f64,
+            top.last().map_or(1, |x| x.0) as f64,
+        );
+        top.into_iter()
+            .map(|(n, s)| CloudEntry {
+                subject: s.clone(),
+                count: n,
+                weight: if max > min {
+                    1.0 + 9.0 * ((n as f64).ln() - min.ln()) / (max.ln() - min.ln())
+                } else {
+                    10.0
+                },
+            })
+            .collect()
+    }
+
+    /// Queues an increment unless already merged or queued; true if queued.
+    pub fn submit(&mut self, inc: Increment) -> bool {
+        if self.processed.contains(&inc.id) || self.queue.iter().any(|q| q.id == inc.id) {
+            return false;
+        }
+        self.queue.push(inc);
+        true
+    }
+
+    /// Increments waiting to be merged.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Merges every queued increment as one new version, durably.
+    pub fn merge_queue(&mut self, file: &mut CountsFile, own_writer: u64) -> Result<MergeOutcome> {
+        if self.queue.is_empty() {
+            return Ok(MergeOutcome {
+                version: self.version,
+                ..MergeOutcome::default()
+            });
+        }
+        let queue = std::mem::take(&mut self.queue);
+        let mut merged: BTreeMap<(String, String), i64> = BTreeMap::new();
+        for inc in &queue {
+            for (r, s, d) in &inc.deltas {
+                *merged.entry((r.clone(), s.clone())).or_default() += d;
+            }
+        }
+        let deltas: Vec<(String, String, i64)> = merged
+            .into_iter()
+            .filter(|(_, d)| *d != 0)
+            .map(|((r, s), d)| (r, s, d))
+            .collect();
+        let ids: Vec<IncrementId> = queue.iter().map(|i| i.id).collect();
+        let foreign = ids.iter().any(|i| i.writer != own_writer);
+        let rec = Record::Merge {
+            version: self.version + 1,
+            ids: ids.clone(),
+            deltas,
+            foreign,
+        };
+        if let Err(e) = file.append(&rec) {
+            self.queue = queue;
+            return Err(e);
+        }
+        let Record::Merge { deltas, .. } = rec else {
+            return Err(Error::corrupt("merge record changed kind"));
+        };
+        self.apply(&deltas);
+        self.processed.extend(ids);
+        self.version += 1;
+        self.own_only &= !foreign;
+        Ok(MergeOutcome {
+            version: self.version,
+            merged: queue.len(),
+            discarded: 0,
+        })
+    }
+
+    /// Records increment ids as merged without changing counts (ids this
+    /// store shipped: their changes are already in its own counts).
+    pub fn record_shipped(&mut self, file: &mut CountsFile, ids: Vec<IncrementId>) -> Result<()> {
+        let rec = Record::Merge {
+            version: self.version + 1,
+            ids: ids.clone(),
+            deltas: Vec::new(),
+            foreign: false,
+        };
+        file.append(&rec)?;
+        self.processed.extend(ids);
+        self.version += 1;
+        Ok(())
+    }
+
+    pub(super) fn snapshot(&self) -> Record {
+        let mut counts: Vec<(String, String, i64)> = self
+            .counts
+            .iter()
+            .map(|((r, s), n)| (r.clone(), s.clone(), *n))
+            .collect();
+        counts.sort_unstable();
+        let mut processed: Vec<IncrementId> = self.processed.iter().copied().collect();
+        processed.sort_unstable();
+        Record::Snapshot {
+            version: self.version,
+            own_only: self.own_only,
+            counts,
+            processed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cloud_orders_and_weights() {
+        let mut m = HashMap::new();
+        m.insert(("isa".to_string(), "a".to_string()), 100);
+        m.insert(("isa".to_string(), "b".to_string()), 10);
+        m.insert(("isa".to_string(), "c".to_string()), 1);
+        m.insert(("owns".to_string(), "z".to_string()), 5);
+        let c = Counts::from_counts(m);
+        let cl = c.cloud("isa", 2);
+        assert_eq!(cl.len(), 2);
+        assert_eq!((cl[0].subject.as_str(), cl[0].count), ("a", 100));
+        assert_eq!(cl[0].weight, 10.0);
+        assert_eq!(cl[1].weight, 1.0);
+        assert_eq!(c.total(), 116);
+    }
+}

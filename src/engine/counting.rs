@@ -1,0 +1,302 @@
+//! The counters' wiring: the [`Store`] methods that load, merge and read
+//! the counts, handing the counts module what it needs of the store.
+
+use super::Store;
+use crate::counts::{
+    counts_path, Channel, CloudEntry, Counts, CountsFile, Increment, IncrementId, Loaded,
+    MergeOutcome,
+};
+use crate::error::{Error, Result};
+use std::collections::{BTreeMap, HashMap};
+
+/// Counts every tag's (relationship, subject) by reading the store.
+fn count_tags(store: &Store) -> Result<HashMap<(String, String), u64>> {
+    let mut m: HashMap<(String, String), u64> = HashMap::new();
+    for t in store.tags() {
+        let t = t?;
+        *m.entry((t.relationship, t.subject)).or_default() += 1;
+    }
+    Ok(m)
+}
+
+impl Store {
+    /// Loads (or rebuilds) the counts; the caller holds the counts mutex.
+    fn ensure_counts<'a>(&self, slot: &'a mut Option<Loaded>) -> Result<&'a mut Loaded> {
+        let stale = self.read().feed.stale;
+        if stale && slot.as_ref().is_some_and(|l| l.counts.own_only) {
+            // Changes were made with counting off (or lost in a crash):
+            // counts of our own tags must be rebuilt.
+            *slot = None;
+        }
+        if slot.is_none() {
+            let (writable, tags, pending_net) = {
+                let g = self.read();
+                (
+                    g.pager.writable(),
+                    g.tag_count,
+                    g.feed.pending.net(Channel::Own),
+                )
+            };
+            let loaded = CountsFile::load(self.path(), self.seed, writable)?;
+            // Ids already merged (or shipped) stay merged across a rebuild.
+            let (prev_processed, prev_version) = loaded
+                .as_ref()
+                .map(|(c, _)| (c.processed.clone(), c.version))
+                .unwrap_or_default();
+            let usable = loaded.filter(|(c, _)| {
+                // Counts of our own tags must add up to the tag count, and
+                // must not have lost a record; otherwise rebuild.
+                !c.own_only || (!stale && !c.cut && c.total() + pending_net == tags as i64)
+            });
+            *slot = Some(match usable {
+                Some((counts, file)) => Loaded {
+                    counts,
+                    file: Some(file),
+                    threshold: 1,
+                },
+                None => {
+                    // The scan reflects every change so far: drop what is
+                    // pending for the local merge (the outbox stays).
+                    {
+                        let mut g = self.lock();
+                        g.feed.pending.clear(Channel::Own);
+                        g.feed.stale = false;
+                    }
+                    let mut counts = Counts::from_counts(count_tags(self)?);
+                    counts.processed = prev_processed;
+                    counts.version = prev_version;
+                    let file = if writable {
+                        Some(CountsFile::create(self.path(), self.seed, &counts)?)
+                    } else {
+                        None
+                    };
+                    Loaded {
+                        counts,
+                        file,
+                        threshold: 1,
+                    }
+                }
+            });
+        }
+        slot.as_mut()
+            .ok_or_else(|| Error::corrupt("counts failed to load"))
+    }
+
+    fn counts_lock(&self) -> std::sync::MutexGuard<'_, Option<Loaded>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn next_id(&self) -> IncrementId {
+        let mut g = self.lock();
+        let seq = g.feed.next_seq;
+        g.feed.next_seq += 1;
+        IncrementId {
+            writer: self.writer_id,
+            seq,
+        }
+    }
+
+    /// Takes this handle's count changes since the last call as an increment
+    /// to ship to a collector; `None` if nothing changed. The store's own
+    /// counts already include these changes, and it records the id as merged,
+    /// so submitting the increment back here changes nothing.
+    pub fn take_increment(&self) -> Result<Option<Increment>> {
+        if !self.read().pager.writable() {
+            return Ok(None);
+        }
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        let deltas = {
+            let mut g = self.lock();
+            g.feed.pending.take(Channel::Outbox)
+        };
+        if deltas.is_empty() {
+            return Ok(None);
+        }
+        let id = self.next_id();
+        let file = l.file.as_mut().ok_or(Error::ReadOnly)?;
+        l.counts.record_shipped(file, vec![id])?;
+        Ok(Some(Increment { id, deltas }))
+    }
+
+    /// Receives an increment (from another writer, or back from this one);
+    /// merges the queue once it holds the merge threshold. Returns false if
+    /// the increment was a duplicate or already merged (it is discarded).
+    pub fn submit_increment(&self, inc: Increment) -> Result<bool> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        let fresh = l.counts.submit(inc);
+        if l.counts.queued() >= l.threshold {
+            l.merge(self.path(), self.writer_id)?;
+        }
+        Ok(fresh)
+    }
+
+    /// Merges every queued increment now, as one new counts version.
+    pub fn merge_increments(&self) -> Result<MergeOutcome> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        l.merge(self.path(), self.writer_id)
+    }
+
+    /// Sets how many increments are queued before a merge (1 = merge each).
+    pub fn set_merge_threshold(&self, n: usize) -> Result<()> {
+        let mut slot = self.counts_lock();
+        self.ensure_counts(&mut slot)?.threshold = n.max(1);
+        Ok(())
+    }
+
+    /// Turns counting of this handle's changes on or off (on by default).
+    /// Changes made while off make the counts stale; they are then rebuilt
+    /// from the tags on next use, and are never shipped.
+    pub fn set_counting(&self, on: bool) {
+        let mut g = self.lock();
+        g.feed.counting = on;
+    }
+
+    /// Merges this handle's own pending changes into its counts.
+    pub(crate) fn merge_own_counts(&self) -> Result<()> {
+        let (pending, stale, writable) = {
+            let g = self.read();
+            (
+                g.feed.pending.len(Channel::Own) > 0,
+                g.feed.stale,
+                g.pager.writable(),
+            )
+        };
+        if !writable || (!pending && !stale) {
+            return Ok(());
+        }
+        let mut slot = self.counts_lock();
+        let l = self.ensure_counts(&mut slot)?;
+        let deltas = {
+            let mut g = self.lock();
+            g.feed.pending.take(Channel::Own)
+        };
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let id = self.next_id();
+        l.counts.submit(Increment { id, deltas });
+        l.merge(self.path(), self.writer_id).map(|_| ())
+    }
+
+    /// At close: merge own pending changes, or drop stale own counts.
+    pub(crate) fn finish_counts(&self) -> Result<()> {
+        let (writable, stale) = {
+            let g = self.read();
+            (g.pager.writable(), g.feed.stale)
+        };
+        if !writable {
+            return Ok(());
+        }
+        let own_only = || match CountsFile::load(self.path(), self.seed, false) {
+            Ok(Some((c, _))) => c.own_only,
+            _ => true,
+        };
+        if stale && own_only() {
+            // Counts of our own tags that missed changes: drop them; the next
+            // use rebuilds them from the tags. (A collector's counts include
+            // other writers' increments and are kept.)
+            *self.counts_lock() = None;
+            return match std::fs::remove_file(counts_path(self.path())) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+                    format!("removing stale {}", counts_path(self.path()).display()),
+                    e,
+                )),
+                _ => Ok(()),
+            };
+        }
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        if let Some(l) = slot.as_mut() {
+            if l.counts.queued() > 0 {
+                l.merge(self.path(), self.writer_id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Objects carrying `subject` under `relationship`, as of the last merge
+    /// (this handle's own changes are merged first).
+    pub fn count(&self, subject: &str, relationship: &str) -> Result<u64> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        Ok(self
+            .ensure_counts(&mut slot)?
+            .counts
+            .get(relationship, subject))
+    }
+
+    /// The `top` most used subjects of `relationship`, most used first.
+    pub fn cloud(&self, relationship: &str, top: usize) -> Result<Vec<CloudEntry>> {
+        self.merge_own_counts()?;
+        let mut slot = self.counts_lock();
+        Ok(self
+            .ensure_counts(&mut slot)?
+            .counts
+            .cloud(relationship, top))
+    }
+
+    /// Version of the counts: the number of merges so far.
+    pub fn counts_version(&self) -> Result<u64> {
+        let mut slot = self.counts_lock();
+        Ok(self.ensure_counts(&mut slot)?.counts.version)
+    }
+
+    /// Compares persisted counts with counts derived from the tags; one line per fault.
+    pub fn check_counts(&self) -> Result<Vec<String>> {
+        let Some((c, _)) = CountsFile::load(self.path(), self.seed, false)? else {
+            return Ok(Vec::new());
+        };
+        if !c.own_only {
+            return Ok(Vec::new());
+        }
+        let mut persisted = c.all();
+        {
+            // Files that would not be served (stale, cut, or a total that
+            // disagrees with the tag count) are rebuilt on next use.
+            let g = self.read();
+            if g.feed.stale
+                || c.cut
+                || c.total() + g.feed.pending.net(Channel::Own) != g.tag_count as i64
+            {
+                return Ok(Vec::new());
+            }
+            // This handle's unmerged changes are not in the file yet.
+            for (r, s, d) in g.feed.pending.iter(Channel::Own) {
+                *persisted.entry((r.to_owned(), s.to_owned())).or_default() += d;
+            }
+        }
+        persisted.retain(|_, v| *v != 0);
+        let derived: BTreeMap<(String, String), i64> = count_tags(self)?
+            .into_iter()
+            .map(|(k, v)| (k, v as i64))
+            .collect();
+        if persisted == derived {
+            return Ok(Vec::new());
+        }
+        let mut faults = Vec::new();
+        for (k, v) in &derived {
+            let p = persisted.get(k).copied().unwrap_or(0);
+            if p != *v && faults.len() < 20 {
+                faults.push(format!(
+                    "counts: <*, {:?}, {:?}> has {v} tags but the counts file says {p}",
+                    k.0, k.1
+                ));
+            }
+        }
+        for (k, p) in &persisted {
+            if !derived.contains_key(k) && faults.len() < 20 {
+                faults.push(format!(
+                    "counts: <*, {:?}, {:?}> has no tags but the counts file says {p}",
+                    k.0, k.1
+                ));
+            }
+        }
+        Ok(faults)
+    }
+}

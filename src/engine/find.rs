@@ -1,0 +1,306 @@
+//! FIND and export: streaming iterators that walk a primary bucket and its chain.
+//!
+//! Each step takes the store's read lock for a few blocks only, so writers
+//! interleave with long FINDs. A tag present for the whole iteration is
+//! returned exactly once (tags never move while the store is open); a tag
+//! inserted or deleted meanwhile may or may not appear.
+
+use super::keymatch::KeyMatch;
+use super::state::State;
+use super::Store;
+use crate::error::{Error, Result};
+use crate::format::tag::decode;
+use crate::format::{place, prefetch, BlockRef, Half, Tag};
+use crate::index::ChainWalk;
+use std::collections::VecDeque;
+
+thread_local! {
+    /// Result buffers reused by the visitor FINDs of this thread.
+    static VISIT_BUFS: std::cell::Cell<Option<(Vec<u8>, Vec<usize>)>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Blocks read per lock acquisition.
+const BLOCKS_PER_STEP: usize = 16;
+/// Blocks whose matching slots are fetched together (a primary bucket).
+const GROUP: usize = 4;
+
+/// One FIND in progress: its key and where its walk stands.
+#[derive(Clone)]
+struct Search {
+    key: KeyMatch,
+    fp: u16,
+    walk: ChainWalk,
+}
+
+impl Search {
+    fn new(store: &Store, half: Half, relationship: &str, name: &str) -> Self {
+        let p = place(&store.geometry, store.seed, half, relationship, name);
+        let (key, walk) = match KeyMatch::new(half, relationship, name) {
+            Some(k) => (k, ChainWalk::new(p.bucket, p.bucket + 1, Some(p.fp()))),
+            // Longer than any slot: finds nothing.
+            None => (KeyMatch::never(half), ChainWalk::new(0, 0, None)),
+        };
+        Search {
+            key,
+            fp: p.fp(),
+            walk,
+        }
+    }
+
+    /// Reads up to [`BLOCKS_PER_STEP`] blocks, passing each result to `out`;
+    /// stops early after a block that produced results when `eager`.
+    fn step(
+        &mut self,
+        st: &State,
+        eager: bool,
+        mut out: impl FnMut(&[u8], u64, usize) -> Result<()>,
+    ) -> Result<()> {
+        // Blocks are taken in groups: every matching slot of a group is
+        // asked for before the first is compared, so the slot misses of a
+        // bucket's blocks overlap instead of following one another. (An
+        // eager step stops after the first block with results, so it must
+        // not take a block from the walk ahead of using it.)
+        let group = if eager { 1 } else { GROUP };
+        let mut taken = 0;
+        while taken < BLOCKS_PER_STEP {
+            let mut blocks: [(u64, BlockRef<'_>, u32); GROUP] = [(0, BlockRef(&[]), 0); GROUP];
+            let mut n = 0;
+            while n < group && taken < BLOCKS_PER_STEP {
+                let Some(b) = self.walk.next_block(&st.index, &st.pager)? else {
+                    break;
+                };
+                taken += 1;
+                let blk: BlockRef<'_> = st.pager.block(b)?;
+                let m = blk.matching(self.fp);
+                // Ask for every matching slot's cache lines at once: a peak's
+                // block is all matches, and fetching them one after another
+                // would serialise the misses.
+                let mut p = m;
+                while p != 0 {
+                    let i = p.trailing_zeros() as usize;
+                    p &= p - 1;
+                    prefetch(blk.slot(i), &[0, 64]);
+                }
+                blocks[n] = (b, blk, m);
+                n += 1;
+            }
+            if n == 0 {
+                return Ok(());
+            }
+            let mut any = false;
+            for &(b, blk, mut m) in &blocks[..n] {
+                while m != 0 {
+                    let i = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    if let Some(v) = self.key.other(blk.slot(i)) {
+                        out(v, b, i)?;
+                        any = true;
+                    }
+                }
+            }
+            if eager && any {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bad_result() -> Error {
+    Error::corrupt("a FIND result is not valid UTF-8 (`tagstore check` names the block)")
+}
+
+fn bad_slot(block: u64, slot: usize) -> Error {
+    Error::corrupt(format!(
+        "block {block}, slot {slot}: occupied slot does not decode as a tag"
+    ))
+}
+
+/// Streaming FIND results: the subjects of an object, or the objects of a subject.
+pub struct Find<'s> {
+    store: &'s Store,
+    search: Search,
+    buf: VecDeque<String>,
+    failed: bool,
+}
+
+impl<'s> Find<'s> {
+    pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
+        Find {
+            store,
+            search: Search::new(store, half, relationship, name),
+            buf: VecDeque::new(),
+            failed: false,
+        }
+    }
+
+    fn fill(&mut self, st: &State) -> Result<()> {
+        let buf = &mut self.buf;
+        self.search.step(st, true, |v, b, i| {
+            let s = std::str::from_utf8(v).map_err(|_| bad_slot(b, i))?;
+            buf.push_back(s.to_owned());
+            Ok(())
+        })
+    }
+}
+
+impl Iterator for Find<'_> {
+    type Item = Result<String>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(s) = self.buf.pop_front() {
+                return Some(Ok(s));
+            }
+            if self.failed || self.search.walk.done() {
+                return None;
+            }
+            let st = self.store.read();
+            if let Err(e) = self.fill(&st) {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        }
+    }
+}
+
+/// Streaming export of every tag once (read from the object half).
+pub struct Tags<'s> {
+    store: &'s Store,
+    walk: ChainWalk,
+    buf: VecDeque<Tag>,
+    failed: bool,
+}
+
+impl Iterator for Tags<'_> {
+    type Item = Result<Tag>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some(t) = self.buf.pop_front() {
+                return Some(Ok(t));
+            }
+            if self.failed || self.walk.done() {
+                return None;
+            }
+            let st = self.store.read();
+            let r = (|| -> Result<()> {
+                for _ in 0..BLOCKS_PER_STEP {
+                    let Some(b) = self.walk.next_block(&st.index, &st.pager)? else {
+                        return Ok(());
+                    };
+                    let blk = st.pager.block(b)?;
+                    for i in blk.occupied_slots() {
+                        let v = decode(blk.slot(i)).ok_or_else(|| bad_slot(b, i))?;
+                        self.buf.push_back(v.to_tag());
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        }
+    }
+}
+
+impl Store {
+    /// FIND <object, relationship, *>: streams the subjects.
+    pub fn find_subjects(&self, object: &str, relationship: &str) -> Find<'_> {
+        Find::new(self, Half::Object, relationship, object)
+    }
+
+    /// FIND <*, relationship, subject>: streams the objects.
+    pub fn find_objects(&self, subject: &str, relationship: &str) -> Find<'_> {
+        Find::new(self, Half::Subject, relationship, subject)
+    }
+
+    /// FIND <object, relationship, *>: calls `f` with each subject and
+    /// returns how many there were.
+    ///
+    /// Faster than [`Store::find_subjects`]: nothing is allocated per result.
+    /// Results are gathered a few blocks at a time under the read lock and
+    /// handed to `f` after it is released, so `f` may call back into the store
+    /// (even write); what a FIND running alongside writers sees is as for
+    /// [`Store::find_subjects`].
+    pub fn for_each_subject(
+        &self,
+        object: &str,
+        relationship: &str,
+        f: impl FnMut(&str),
+    ) -> Result<u64> {
+        self.visit(Half::Object, relationship, object, f)
+    }
+
+    /// FIND <*, relationship, subject>: calls `f` with each object and returns
+    /// how many there were (see [`Store::for_each_subject`]).
+    pub fn for_each_object(
+        &self,
+        subject: &str,
+        relationship: &str,
+        f: impl FnMut(&str),
+    ) -> Result<u64> {
+        self.visit(Half::Subject, relationship, subject, f)
+    }
+
+    fn visit(
+        &self,
+        half: Half,
+        relationship: &str,
+        name: &str,
+        mut f: impl FnMut(&str),
+    ) -> Result<u64> {
+        let mut s = Search::new(self, half, relationship, name);
+        // Results of one step, concatenated, and where each ends. The
+        // buffers are kept per thread (a nested FIND from `f` makes its own).
+        let (mut text, mut ends) = VISIT_BUFS.take().unwrap_or_default();
+        let r = self.visit_with(&mut s, &mut text, &mut ends, &mut f);
+        VISIT_BUFS.set(Some((text, ends)));
+        r
+    }
+
+    fn visit_with(
+        &self,
+        s: &mut Search,
+        text: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
+        f: &mut impl FnMut(&str),
+    ) -> Result<u64> {
+        let mut n = 0u64;
+        while !s.walk.done() {
+            text.clear();
+            ends.clear();
+            {
+                let st = self.read();
+                s.step(&st, false, |v, _, _| {
+                    text.extend_from_slice(v);
+                    ends.push(text.len());
+                    Ok(())
+                })?;
+            }
+            // One UTF-8 check for the whole step instead of one per result
+            // (a tenth of a large FIND); every result must then also start
+            // and end on a character boundary to be valid on its own.
+            let all = std::str::from_utf8(text).map_err(|_| bad_result())?;
+            let mut at = 0;
+            for &e in ends.iter() {
+                f(all.get(at..e).ok_or_else(bad_result)?);
+                at = e;
+            }
+            n += ends.len() as u64;
+        }
+        Ok(n)
+    }
+
+    /// Streams every stored tag exactly once.
+    pub fn tags(&self) -> Tags<'_> {
+        Tags {
+            store: self,
+            walk: ChainWalk::new(0, self.geometry.primary_buckets_per_half, None),
+            buf: VecDeque::new(),
+            failed: false,
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! The engine: the [`Store`] handle and its lifecycle (create, open with
+//! recovery, close), the write path, FIND, and the counters' wiring.
+//!
+//! A store is one [`State`] behind a read-write lock: many FINDs share it,
+//! one writer at a time holds it. The counters' merged state lives beside it
+//! under its own mutex.
+
+mod counting;
+mod find;
+mod keymatch;
+mod ops;
+mod options;
+mod recovery;
+mod state;
+mod write;
+
+pub use find::{Find, Tags};
+pub use options::{BatchOutcome, CreateOptions};
+pub(crate) use state::State;
+
+use crate::counts::{Counts, CountsFile, Feed, Loaded};
+use crate::error::{Error, Result};
+use crate::format::{Geometry, Superblock, SUPERBLOCK_BLOCK};
+use crate::index::{Index, Tables};
+use crate::pager::{journal_pending, replay_journal, MappedFile, Pager};
+use crate::side::remove_if_present;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// An open tag store. `Send + Sync`: share it with `Arc` across threads.
+pub struct Store {
+    state: RwLock<State>,
+    /// Merged counts and the cloud, loaded on first use.
+    counts: Mutex<Option<Loaded>>,
+    /// This handle's writer id for increments (random per open).
+    writer_id: u64,
+    geometry: Geometry,
+    seed: u64,
+    path: PathBuf,
+}
+
+fn random_u64() -> Result<u64> {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b)
+        .map_err(|e| Error::io("drawing random bytes", std::io::Error::other(e.to_string())))?;
+    Ok(u64::from_le_bytes(b))
+}
+
+impl Store {
+    fn from_state(state: State, path: &Path) -> Result<Store> {
+        let (geometry, seed) = (state.index.geometry(), state.index.seed());
+        Ok(Store {
+            state: RwLock::new(state),
+            counts: Mutex::new(None),
+            writer_id: random_u64()?,
+            geometry,
+            seed,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Creates a new, empty store file at `path`; fails if the path exists.
+    pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
+        let path = path.as_ref();
+        let geometry = options.geometry();
+        geometry.validate()?;
+        let seed = match options.seed {
+            Some(s) => s,
+            None => random_u64()?,
+        };
+        let file = MappedFile::create(path, geometry.file_len(0))?;
+        // No store existed at this path, so a journal beside it is stale.
+        remove_if_present(&crate::pager::journal_path(path), "stale journal")?;
+        let sb = Superblock {
+            geometry,
+            secondary_count: 0,
+            flags: 0,
+            seed,
+            tag_count: 0,
+            table_offset: 0,
+            table_len: 0,
+            table_crc: 0,
+        };
+        let mut state = State {
+            pager: Pager::new(file, geometry, seed, path),
+            index: Index::new(Tables::new(&geometry, 0), geometry, seed),
+            sb: sb.clone(),
+            tag_count: 0,
+            feed: Feed::new(false),
+            recovered: false,
+            closed: false,
+        };
+        state.pager.write_superblock(&sb)?;
+        // Counts start empty and exact, so the first close merges instead of scanning.
+        CountsFile::create(path, seed, &Counts::from_counts(Default::default()))?;
+        Self::from_state(state, path)
+    }
+
+    /// Opens an existing store for reading and writing (exclusive lock).
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(path.as_ref(), true)
+    }
+
+    /// Opens an existing store for reading only (shared lock; many readers).
+    ///
+    /// A store left unclean by a crash is first recovered, which needs a
+    /// brief exclusive open.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref();
+        if journal_pending(path) {
+            Store::open(path)?.close()?;
+        }
+        let s = Self::open_with(path, false)?;
+        if !s.recovered_on_open() {
+            return Ok(s);
+        }
+        drop(s);
+        Store::open(path)?.close()?;
+        Self::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, writable: bool) -> Result<Store> {
+        let mut file = MappedFile::open(path, writable)?;
+        let sb = Superblock::decode(file.block(SUPERBLOCK_BLOCK)?)?
+            .ok_or_else(|| Error::NotAStore(path.to_path_buf()))?;
+        let geo = sb.geometry;
+        let base = geo.file_len(0);
+        if file.len() < base {
+            return Err(Error::corrupt(format!(
+                "file is truncated: {} bytes, its geometry needs at least {base}",
+                file.len()
+            )));
+        }
+        // Secondary buckets are never removed while a store is open, so the
+        // count recorded at the last open (or clean close) is a lower bound.
+        // (A missing table image is no loss: the tables are rebuilt.)
+        let need = geo.file_len(sb.secondary_count);
+        if file.len() < need {
+            return Err(Error::corrupt(format!(
+                "file is truncated: {} bytes, but the superblock's {} secondary buckets need {need}",
+                file.len(),
+                sb.secondary_count,
+            )));
+        }
+        let mut replayed = false;
+        if journal_pending(path) {
+            if !writable {
+                return Err(Error::corrupt(
+                    "journal holds changes to replay; open the store for writing to recover",
+                ));
+            }
+            replay_journal(&mut file, &geo, path, sb.seed)?;
+            replayed = true;
+        }
+        let persisted = if sb.clean() && !replayed {
+            recovery::read_tables(&file, &sb)
+        } else {
+            None
+        };
+        let recovered = persisted.is_none();
+        let tables = match persisted {
+            Some(t) => t,
+            None => {
+                let sec = recovery::secondary_count(&file, &sb);
+                if writable {
+                    recovery::recover_intent(&mut file, &geo, sb.seed)?;
+                }
+                Tables::rebuild(&file, &geo, sec)?
+            }
+        };
+        let index = Index::new(tables, geo, sb.seed);
+        let tag_count = if recovered {
+            index.count_half()
+        } else {
+            sb.tag_count
+        };
+        let mut state = State {
+            pager: Pager::new(file, geo, sb.seed, path),
+            index,
+            sb,
+            tag_count,
+            // After a crash, changes not yet merged into the counts are gone.
+            feed: Feed::new(recovered),
+            recovered,
+            closed: false,
+        };
+        if writable {
+            state.mark_open()?;
+        }
+        Self::from_state(state, path)
+    }
+
+    /// The state, for reading.
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state, for writing, whatever a failed write left behind.
+    fn lock(&self) -> RwLockWriteGuard<'_, State> {
+        self.state.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The state, for a write: refused on a read-only or poisoned handle.
+    fn write(&self) -> Result<RwLockWriteGuard<'_, State>> {
+        let g = self.lock();
+        if !g.pager.writable() {
+            return Err(Error::ReadOnly);
+        }
+        if g.pager.poisoned() {
+            return Err(Error::Poisoned);
+        }
+        Ok(g)
+    }
+
+    /// Path of the store file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Geometry fixed at create time.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The store's hash seed.
+    pub(crate) fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Number of tags stored.
+    pub fn len(&self) -> u64 {
+        self.read().tag_count
+    }
+
+    /// True when no tag is stored.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// True if the last open found an unclean shutdown and rebuilt the tables.
+    pub fn recovered_on_open(&self) -> bool {
+        self.read().recovered
+    }
+
+    /// Shuts down cleanly: merges pending counts, flushes, persists the
+    /// tables, marks the file clean.
+    pub fn close(self) -> Result<()> {
+        self.finish_counts()?;
+        self.lock().close()
+    }
+
+    /// Drops the handle without a clean shutdown, as a crash would.
+    pub(crate) fn abandon_now(self) {
+        self.lock().closed = true;
+    }
+
+    /// Drops the handle without a clean shutdown, as a crash would (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn abandon(self) {
+        self.abandon_now()
+    }
+
+    /// Makes the write path fail after `n` more writes, simulating a crash (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn fail_after_writes(&self, n: Option<u64>) {
+        self.lock().pager.fail_after_writes(n);
+    }
+
+    /// Sets a callback run at each durability point (crash-simulation tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn set_sync_hook(&self, hook: Option<crate::pager::SyncHook>) {
+        self.lock().pager.set_sync_hook(hook);
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let closed = self.read().closed;
+        if !closed {
+            let _ = self.finish_counts();
+        }
+        let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        // Best effort: errors here cannot be reported; the next open rebuilds.
+        let _ = g.close();
+    }
+}

@@ -1,0 +1,173 @@
+//! The public write calls: single and batched INSERT and DELETE, `contains`,
+//! durability and sync.
+
+use super::{BatchOutcome, Store};
+use crate::error::{Error, Result};
+use crate::format::tag::encode;
+use crate::format::Tag;
+use crate::pager::Durability;
+
+impl Store {
+    /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
+    pub fn insert(&self, tag: &Tag) -> Result<bool> {
+        self.insert_with(tag, None)
+    }
+
+    /// Inserts a tag; with `Some(Durability::Immediate)` it is durable on
+    /// return whatever the store's mode.
+    pub fn insert_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
+        let slot = encode(tag)?;
+        let mut st = self.write()?;
+        let changed = st.insert_slot(&slot, true)?;
+        if changed {
+            st.feed.change(tag, 1);
+        }
+        st.after_call(durability)?;
+        let merge = st.feed.wants_merge();
+        drop(st);
+        if merge {
+            self.merge_own_counts()?;
+        }
+        Ok(changed)
+    }
+
+    /// Deletes a tag from both halves; `Ok(false)` if it was absent.
+    pub fn delete(&self, tag: &Tag) -> Result<bool> {
+        self.delete_with(tag, None)
+    }
+
+    /// Deletes a tag; with `Some(Durability::Immediate)` it is durable on
+    /// return whatever the store's mode.
+    pub fn delete_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
+        let slot = match encode(tag) {
+            Ok(s) => s,
+            Err(Error::TagTooLarge { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut st = self.write()?;
+        let changed = st.delete_slot(&slot)?;
+        if changed {
+            st.feed.change(tag, -1);
+        }
+        st.after_call(durability)?;
+        let merge = st.feed.wants_merge();
+        drop(st);
+        if merge {
+            self.merge_own_counts()?;
+        }
+        Ok(changed)
+    }
+
+    /// The store's durability mode (not persisted; [`Durability::None`] on open).
+    pub fn durability(&self) -> Durability {
+        self.read().pager.durability()
+    }
+
+    /// Changes the durability mode; pending changes are made durable first.
+    pub fn set_durability(&self, durability: Durability) -> Result<()> {
+        self.write()?.pager.set_durability(durability)
+    }
+
+    /// True if the tag is stored.
+    pub fn contains(&self, tag: &Tag) -> Result<bool> {
+        let Ok(slot) = encode(tag) else {
+            return Ok(false);
+        };
+        self.read().contains(&slot)
+    }
+
+    /// Inserts many tags, taking the write lock once per chunk.
+    ///
+    /// Stops at the first error; tags before it stay inserted and are counted
+    /// in the returned error's companion [`BatchOutcome`].
+    pub fn insert_batch<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a Tag>,
+    ) -> (BatchOutcome, Result<()>) {
+        self.batch(tags, true)
+    }
+
+    /// Deletes many tags, taking the write lock once per chunk.
+    pub fn delete_batch<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a Tag>,
+    ) -> (BatchOutcome, Result<()>) {
+        self.batch(tags, false)
+    }
+
+    fn batch<'a>(
+        &self,
+        tags: impl IntoIterator<Item = &'a Tag>,
+        insert: bool,
+    ) -> (BatchOutcome, Result<()>) {
+        const CHUNK: usize = 1024;
+        let mut out = BatchOutcome::default();
+        let mut it = tags.into_iter().peekable();
+        while it.peek().is_some() {
+            let mut st = match self.write() {
+                Ok(g) => g,
+                Err(e) => return (out, Err(e)),
+            };
+            for t in it.by_ref().take(CHUNK) {
+                let r = match encode(t) {
+                    Ok(slot) if insert => st.insert_slot(&slot, true),
+                    Ok(slot) => st.delete_slot(&slot),
+                    Err(Error::TagTooLarge { .. }) if !insert => Ok(false),
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(true) => {
+                        out.changed += 1;
+                        st.feed.change(t, if insert { 1 } else { -1 });
+                    }
+                    Ok(false) => out.unchanged += 1,
+                    Err(e) => {
+                        // What was applied before the error stays, durably
+                        // in Immediate mode.
+                        let _ = st.after_call(None);
+                        return (out, Err(e));
+                    }
+                }
+            }
+            if let Err(e) = st.after_call(None) {
+                return (out, Err(e));
+            }
+            let merge = st.feed.wants_merge();
+            drop(st);
+            if merge {
+                if let Err(e) = self.merge_own_counts() {
+                    return (out, Err(e));
+                }
+            }
+        }
+        (out, Ok(()))
+    }
+
+    /// Free bytes of the store's filesystem, when known.
+    pub(crate) fn free_bytes(&self) -> Option<u64> {
+        self.read().pager.file().free_bytes()
+    }
+
+    /// Inserts tags known to be distinct and absent (maintenance rebuilds).
+    pub(crate) fn insert_unique(&self, tags: &[Tag]) -> Result<()> {
+        let mut st = self.write()?;
+        for t in tags {
+            st.insert_slot(&encode(t)?, false)?;
+        }
+        Ok(())
+    }
+
+    /// Makes every change so far durable. In [`Durability::OnSync`] this is
+    /// the group commit: one journal fsync covers every writer's changes, and
+    /// callers that find nothing pending return at once.
+    pub fn sync(&self) -> Result<()> {
+        let mut st = self.lock();
+        if !st.pager.writable() {
+            return Ok(());
+        }
+        if st.pager.poisoned() {
+            return Err(Error::Poisoned);
+        }
+        st.pager.commit()
+    }
+}

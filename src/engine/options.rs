@@ -1,0 +1,59 @@
+//! Options for creating a store, and what a batch did.
+
+use crate::format::geometry::{
+    DEFAULT_BLOCKS_PER_PRIMARY, DEFAULT_BLOCKS_PER_SECONDARY, DEFAULT_EXPECTED_TAGS,
+};
+use crate::format::Geometry;
+
+/// Options for [`Store::create`](crate::Store::create).
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    /// Tags the store is sized for; sets the primary bucket count.
+    pub expected_tags: u64,
+    /// Overrides the primary bucket count per half.
+    pub primary_buckets_per_half: Option<u32>,
+    /// Overrides the blocks per primary bucket.
+    pub blocks_per_primary: Option<u32>,
+    /// Overrides the blocks per secondary bucket.
+    pub blocks_per_secondary: Option<u32>,
+    /// Fixes the hash seed (tests and reproducible images); random otherwise.
+    pub seed: Option<u64>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            expected_tags: DEFAULT_EXPECTED_TAGS,
+            primary_buckets_per_half: None,
+            blocks_per_primary: None,
+            blocks_per_secondary: None,
+            seed: None,
+        }
+    }
+}
+
+impl CreateOptions {
+    /// The geometry these options produce.
+    pub fn geometry(&self) -> Geometry {
+        let bp = self
+            .blocks_per_primary
+            .unwrap_or(DEFAULT_BLOCKS_PER_PRIMARY);
+        let bs = self
+            .blocks_per_secondary
+            .unwrap_or(DEFAULT_BLOCKS_PER_SECONDARY);
+        let mut g = Geometry::sized(self.expected_tags, bp, bs);
+        if let Some(n) = self.primary_buckets_per_half {
+            g.primary_buckets_per_half = n;
+        }
+        g
+    }
+}
+
+/// How an INSERT or DELETE batch went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Tags that changed the store.
+    pub changed: u64,
+    /// Tags that were already present (insert) or absent (delete).
+    pub unchanged: u64,
+}

@@ -1,0 +1,97 @@
+//! Recovery at open: the interrupted operation redone from the intent
+//! record, and the bucket tables read from their image or rebuilt.
+
+use crate::error::{Error, Result};
+use crate::format::hash::{key_fp, key_hash, tag_fp};
+use crate::format::tag::decode;
+use crate::format::{
+    BlockMut, Geometry, Half, Intent, IntentOp, SlotAddr, Superblock, BLOCK_SIZE, INTENT_BLOCK,
+    INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, NONE, SLOTS_PER_BLOCK,
+};
+use crate::index::{Tables, TABLE_MAGIC};
+use crate::pager::MappedFile;
+
+/// Redoes the operation recorded in the intent block, if any, so that a tag
+/// interrupted mid-INSERT or mid-DELETE is wholly present or wholly absent.
+pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<bool> {
+    let Some(intent) = Intent::decode(file.block(INTENT_BLOCK)?) else {
+        return Ok(false);
+    };
+    let view = decode(&intent.tag)
+        .ok_or_else(|| Error::corrupt("intent record (block 1) holds an undecodable tag"))?;
+    let tfp = tag_fp(seed, &intent.tag);
+    let total_blocks = file.len() / BLOCK_SIZE as u64;
+    for (h, addr, (owner, ordinal)) in [
+        (Half::Object, intent.object_slot, intent.object_identity),
+        (Half::Subject, intent.subject_slot, intent.subject_identity),
+    ] {
+        if addr == SlotAddr::NONE {
+            continue;
+        }
+        if addr.block < geo.primary_start(0)
+            || addr.block >= total_blocks
+            || addr.slot as usize >= SLOTS_PER_BLOCK
+        {
+            return Err(Error::corrupt(format!(
+                "intent record names impossible slot {} of block {}",
+                addr.slot, addr.block
+            )));
+        }
+        let kind = if addr.block < geo.secondary_base() {
+            KIND_PRIMARY
+        } else {
+            KIND_SECONDARY
+        };
+        let kfp = key_fp(key_hash(seed, h, view.relationship, view.key_name(h)));
+        file.reserve(addr.block * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
+        let mut b = BlockMut(file.block_mut(addr.block)?);
+        if b.as_ref().is_unwritten() {
+            b.set_identity(kind, owner, ordinal);
+        }
+        match intent.op {
+            IntentOp::Insert => b.put(addr.slot as usize, &intent.tag, kfp, tfp),
+            IntentOp::Delete => b.clear(addr.slot as usize),
+        }
+        b.seal();
+    }
+    file.block_mut(INTENT_BLOCK)?[..INTENT_LEN].fill(0);
+    Ok(true)
+}
+
+/// The tables image written by the last clean close, if it is intact.
+pub fn read_tables(file: &MappedFile, sb: &Superblock) -> Option<Tables> {
+    let geo = sb.geometry;
+    let off = geo.file_len(sb.secondary_count);
+    if sb.table_offset != off || off.checked_add(sb.table_len)? > file.len() {
+        return None;
+    }
+    let bytes = file
+        .bytes()
+        .get(off as usize..(off + sb.table_len) as usize)?;
+    if crc32fast::hash(bytes) != sb.table_crc {
+        return None;
+    }
+    Tables::decode(bytes, &geo, sb.secondary_count).ok()
+}
+
+/// Secondary buckets an unclean file holds: where its blocks end.
+pub fn secondary_count(file: &MappedFile, sb: &Superblock) -> u32 {
+    let geo = sb.geometry;
+    let base = geo.file_len(0);
+    let sec_bytes = geo.blocks_per_secondary as u64 * BLOCK_SIZE as u64;
+    let by_len = ((file.len() - base) / sec_bytes).min(NONE as u64 - 1) as u32;
+    // An unclean superblock with a table offset was written by an
+    // interrupted close: the blocks end exactly there.
+    let closing = sb.table_offset != 0 && sb.table_offset == geo.file_len(sb.secondary_count);
+    if sb.clean() || closing {
+        return sb.secondary_count.min(by_len);
+    }
+    // Older or torn closes: a table image is never a bucket (its magic is
+    // no block kind), so stop counting there.
+    (sb.secondary_count.min(by_len)..by_len)
+        .find(|&s| {
+            file.block(geo.secondary_start(s))
+                .is_ok_and(|b| b.starts_with(TABLE_MAGIC))
+        })
+        .unwrap_or(by_len)
+}

@@ -1,0 +1,121 @@
+//! The state behind a store's lock: pager, index, superblock and the tag count.
+
+use crate::counts::Feed;
+use crate::error::Result;
+use crate::format::{Superblock, FLAG_CLEAN, NONE};
+use crate::index::Index;
+use crate::pager::{Durability, Pager};
+
+/// Everything an open store guards with its read-write lock.
+pub(crate) struct State {
+    /// Block reads and writes, durability.
+    pub(super) pager: Pager,
+    /// Bucket tables and accelerators.
+    pub(super) index: Index,
+    /// The superblock as last written.
+    pub(super) sb: Superblock,
+    /// Tags stored.
+    pub(super) tag_count: u64,
+    /// Count changes fed by the write path.
+    pub(super) feed: Feed,
+    /// Whether the last open found an unclean shutdown (and rebuilt the tables).
+    pub(super) recovered: bool,
+    /// Closed (cleanly, or abandoned by a test): nothing more is written.
+    pub(super) closed: bool,
+}
+
+impl State {
+    /// Block reads (admin: check, stats).
+    pub(crate) fn pager(&self) -> &Pager {
+        &self.pager
+    }
+
+    /// Bucket tables and accelerators (admin: check, stats).
+    pub(crate) fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// Tags stored.
+    pub(crate) fn tag_count(&self) -> u64 {
+        self.tag_count
+    }
+
+    /// Ends a public INSERT/DELETE call: commits when the store or the call asks
+    /// for immediate durability.
+    pub fn after_call(&mut self, call: Option<Durability>) -> Result<()> {
+        if self.pager.durability() == Durability::Immediate || call == Some(Durability::Immediate) {
+            self.pager.commit()?;
+        }
+        Ok(())
+    }
+
+    /// Marks the store open for writing: drops the table image (it goes
+    /// stale with the first write), so a crash from here on forces a rebuild.
+    pub fn mark_open(&mut self) -> Result<()> {
+        let geo = self.index.geometry();
+        let sec = self.index.tables.secondary.len() as u32;
+        self.pager.set_len(geo.file_len(sec))?;
+        let mut sb = self.sb.clone();
+        sb.flags &= !FLAG_CLEAN;
+        sb.secondary_count = sec;
+        sb.table_offset = 0;
+        sb.table_len = 0;
+        sb.table_crc = 0;
+        self.pager.write_superblock(&sb)?;
+        self.sb = sb;
+        Ok(())
+    }
+
+    /// Writes tables and a clean superblock; the file then opens without a scan.
+    pub fn close(&mut self) -> Result<()> {
+        if self.closed || !self.pager.writable() || self.pager.poisoned() {
+            self.closed = true;
+            return Ok(());
+        }
+        if self.pager.durability() != Durability::None {
+            self.pager.commit()?;
+        }
+        // Give back free secondary buckets at the end of the file: a free
+        // bucket is never written (buckets are only unlinked by maintenance,
+        // which writes a fresh file), so nothing is lost by truncating them.
+        let geo = self.index.geometry();
+        let t = &mut self.index.tables;
+        let keep = t
+            .secondary
+            .iter()
+            .rposition(|e| e.owner != NONE)
+            .map_or(0, |i| i + 1);
+        if keep < t.secondary.len() {
+            t.secondary.truncate(keep);
+            t.free.retain(|&s| (s as usize) < keep);
+            self.pager.set_len(geo.file_len(keep as u32))?;
+        }
+        self.pager.file().flush()?;
+        let sec = self.index.tables.secondary.len() as u32;
+        let img = self.index.tables.encode();
+        let off = geo.file_len(sec);
+        // Say where the blocks end before appending the image, so a crash
+        // while it is written never lets the image pass for secondary buckets.
+        let mut closing = self.sb.clone();
+        closing.flags &= !FLAG_CLEAN;
+        closing.secondary_count = sec;
+        closing.table_offset = off;
+        closing.table_len = 0;
+        closing.table_crc = 0;
+        self.pager.write_superblock(&closing)?;
+        self.pager.file().write_at(off, &img)?;
+        self.pager.file().flush()?;
+        let mut sb = self.sb.clone();
+        sb.flags |= FLAG_CLEAN;
+        sb.secondary_count = sec;
+        sb.tag_count = self.tag_count;
+        sb.table_offset = off;
+        sb.table_len = img.len() as u64;
+        sb.table_crc = crc32fast::hash(&img);
+        self.pager.write_superblock(&sb)?;
+        self.sb = sb;
+        self.closed = true;
+        // Everything is in the store file now: the journal is no longer needed.
+        self.pager.drop_journal()
+    }
+}

@@ -1,0 +1,22 @@
+//! The on-disk format as pure bytes, no I/O: tag slots, the keyed hashes
+//! that place them, blocks and their CRC, the superblock, the intent record
+//! and the geometry that says where each bucket lies.
+
+pub mod block;
+pub mod bytes;
+pub mod crc;
+pub mod geometry;
+pub mod hash;
+pub mod intent;
+pub mod superblock;
+pub mod tag;
+
+pub use block::{
+    prefetch, prefetch_val, BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY,
+    SLOTS_PER_BLOCK,
+};
+pub use geometry::{Geometry, NONE};
+pub use hash::{place, Place};
+pub use intent::{Intent, IntentOp, SlotAddr, INTENT_BLOCK, INTENT_LEN};
+pub use superblock::{Superblock, FLAG_CLEAN, SUPERBLOCK_BLOCK};
+pub use tag::{Half, SlotBytes, Tag};

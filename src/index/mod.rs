@@ -1,0 +1,92 @@
+//! The index over the pager: bucket tables (fill, chain links, key filters),
+//! the in-memory accelerators, and the one chain walk that every reader of a
+//! bucket uses (FIND, export, DELETE's and INSERT's look-ups).
+
+mod accel;
+mod image;
+mod locate;
+mod rebuild;
+mod tables;
+mod walk;
+
+pub use accel::{next_in_mask, Accel};
+pub use image::TABLE_MAGIC;
+pub use locate::Found;
+pub use tables::{filter_add, filter_has, SecondaryEntry, Tables};
+pub use walk::ChainWalk;
+
+use crate::format::{prefetch_val, Geometry, NONE};
+use crate::pager::Pager;
+
+/// The bucket tables and accelerators of one open store.
+pub struct Index {
+    /// Per-bucket fill, links and filters.
+    pub tables: Tables,
+    /// Learned primary extents and chain indexes (memory only).
+    pub accel: Accel,
+    /// Per primary bucket: a secondary bucket of its chain such that all
+    /// earlier ones are full (NONE: start at the head). Speeds INSERT on peaks.
+    pub open_hint: Vec<u32>,
+    geo: Geometry,
+    seed: u64,
+}
+
+impl Index {
+    /// An index over `tables` of a store with geometry `geo` and hash `seed`.
+    pub fn new(tables: Tables, geo: Geometry, seed: u64) -> Index {
+        // Empty buckets need no extent learning (see `Accel::new`).
+        let accel = Accel::new(geo.primary_buckets(), |g| {
+            tables.primary.get(g as usize).is_some_and(|e| e.used == 0)
+        });
+        Index {
+            tables,
+            accel,
+            open_hint: vec![NONE; geo.primary_buckets() as usize],
+            geo,
+            seed,
+        }
+    }
+
+    /// The geometry the index was built for.
+    pub fn geometry(&self) -> Geometry {
+        self.geo
+    }
+
+    /// The store's hash seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Tags in one half (each tag is in both), from the tables.
+    pub fn count_half(&self) -> u64 {
+        (0..self.geo.primary_buckets_per_half)
+            .map(|g| self.tables.chain_load(g))
+            .sum()
+    }
+
+    /// Asks the CPU for the headers of the first `blocks` blocks of primary
+    /// bucket `g` and for its table entry, so their misses overlap.
+    #[inline]
+    pub fn prefetch_bucket(&self, pager: &Pager, g: u32, blocks: u32) {
+        pager.prefetch_headers(self.geo.primary_start(g), blocks);
+        if let Some(e) = self.tables.primary.get(g as usize) {
+            prefetch_val(e);
+        }
+    }
+
+    /// Asks for the block headers and table entries of primary buckets
+    /// about to be searched or written, so their misses overlap.
+    pub fn prefetch_buckets(&self, pager: &Pager, gs: &[u32]) {
+        for &g in gs {
+            // The written blocks and the first unwritten one (where INSERT
+            // may put the tag); touching holes only costs page walks.
+            let n = self
+                .accel
+                .known_extent(g)
+                .map_or(self.geo.blocks_per_primary, |e| {
+                    (e + 1).min(self.geo.blocks_per_primary)
+                });
+            self.prefetch_bucket(pager, g, n);
+        }
+    }
+}

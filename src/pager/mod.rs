@@ -1,0 +1,162 @@
+//! The pager: the mapped store file and every read and write of its blocks.
+//!
+//! It owns what a block read or write needs and nothing about buckets or
+//! tags: checksums verified on first read, disk space reserved before a
+//! first write, private copies of changed blocks in the journaled modes (the
+//! overlay), the write-ahead journal, commits and checkpoints, and the
+//! fault-injection hooks the crash tests use.
+
+mod commit;
+mod file;
+mod journal;
+mod replay;
+mod reserve;
+mod write;
+
+#[cfg(feature = "test-hooks")]
+pub use commit::SyncPoint;
+pub use commit::{Durability, SyncHook};
+pub use file::{MappedFile, SeqReader};
+pub use journal::journal_path;
+pub use replay::{journal_pending, replay_journal};
+pub use write::Identity;
+
+use crate::error::{Error, Result};
+use crate::format::{prefetch, BlockRef, Geometry, BLOCK_SIZE};
+use journal::Journal;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Reads and writes the blocks of one open store file.
+pub struct Pager {
+    file: MappedFile,
+    geo: Geometry,
+    seed: u64,
+    store_path: PathBuf,
+    /// One bit per block: its checksum was verified since open.
+    verified: Vec<AtomicU64>,
+    /// One bit per block: disk space is known to back it (reserved this session).
+    reserved: Vec<u64>,
+    /// Private copies of blocks changed since the last commit (journaled modes).
+    overlay: HashMap<u64, Box<[u8]>>,
+    journal: Option<Journal>,
+    durability: Durability,
+    /// A write failed halfway: every later write is refused until reopen.
+    poisoned: bool,
+    /// Writes left before a simulated crash (tests).
+    fail_after: Option<u64>,
+    sync_hook: Option<SyncHook>,
+}
+
+fn verified_len(file_len: u64) -> usize {
+    (file_len / BLOCK_SIZE as u64).div_ceil(64) as usize
+}
+
+impl Pager {
+    /// A pager over `file`, a store with geometry `geo` and hash `seed` at `store_path`.
+    pub fn new(file: MappedFile, geo: Geometry, seed: u64, store_path: &Path) -> Pager {
+        Pager {
+            verified: (0..verified_len(file.len()))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            file,
+            geo,
+            seed,
+            store_path: store_path.to_path_buf(),
+            reserved: Vec::new(),
+            overlay: HashMap::new(),
+            journal: None,
+            durability: Durability::None,
+            poisoned: false,
+            fail_after: None,
+            sync_hook: None,
+        }
+    }
+
+    /// The mapped file (raw reads: rebuilds, checks, sizes).
+    pub fn file(&self) -> &MappedFile {
+        &self.file
+    }
+
+    /// True when the file was opened for writing.
+    pub fn writable(&self) -> bool {
+        self.file.writable()
+    }
+
+    /// Block `n`, its checksum verified on first use since open.
+    pub fn block(&self, n: u64) -> Result<BlockRef<'_>> {
+        if !self.overlay.is_empty() {
+            if let Some(b) = self.overlay.get(&n) {
+                return Ok(BlockRef(b));
+            }
+        }
+        let raw = self.file.block(n)?;
+        let (w, bit) = ((n / 64) as usize, 1u64 << (n % 64));
+        let cell = self
+            .verified
+            .get(w)
+            .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        if cell.load(Ordering::Relaxed) & bit == 0 {
+            if !BlockRef(raw).crc_ok() {
+                return Err(Error::corrupt(format!(
+                    "block {n} (byte offset {}) fails its checksum",
+                    n * BLOCK_SIZE as u64
+                )));
+            }
+            cell.fetch_or(bit, Ordering::Relaxed);
+        }
+        Ok(BlockRef(raw))
+    }
+
+    /// Asks the CPU for the header lines of `n` blocks from `first` (a
+    /// hint: blocks past the end or only in the overlay are skipped).
+    #[inline]
+    pub fn prefetch_headers(&self, first: u64, n: u32) {
+        for b in first..first + n as u64 {
+            if let Ok(raw) = self.file.block(b) {
+                prefetch(raw, &[0, 64]);
+            }
+        }
+    }
+
+    fn mark_verified(&self, n: u64) {
+        if let Some(c) = self.verified.get((n / 64) as usize) {
+            c.fetch_or(1 << (n % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the file length (growing or shrinking the secondary partition).
+    pub fn set_len(&mut self, len: u64) -> Result<()> {
+        self.file.set_len(len)?;
+        self.verified
+            .resize_with(verified_len(self.file.len()), || AtomicU64::new(0));
+        Ok(())
+    }
+
+    /// True once a failed write has made the handle unusable.
+    pub fn poisoned(&self) -> bool {
+        self.poisoned
+    }
+
+    /// Makes the write path fail after `n` more writes, simulating a crash (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn fail_after_writes(&mut self, n: Option<u64>) {
+        self.fail_after = n;
+    }
+
+    /// Counts one write against the fault-injection budget.
+    fn tick(&mut self) -> Result<()> {
+        if let Some(n) = self.fail_after.as_mut() {
+            if *n == 0 {
+                self.poisoned = true;
+                return Err(Error::io(
+                    "simulated crash",
+                    std::io::Error::other("fault injection: write budget exhausted"),
+                ));
+            }
+            *n -= 1;
+        }
+        Ok(())
+    }
+}

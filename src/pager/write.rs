@@ -1,0 +1,86 @@
+//! Block edits: the intent record, slot puts and clears, the superblock.
+
+use super::commit::Durability;
+use super::Pager;
+use crate::error::Result;
+use crate::format::{
+    BlockMut, Intent, SlotAddr, SlotBytes, Superblock, BLOCK_SIZE, INTENT_BLOCK, INTENT_LEN,
+    SUPERBLOCK_BLOCK,
+};
+
+/// What a block written for the first time says about itself.
+#[derive(Clone, Copy, Debug)]
+pub struct Identity {
+    /// Block kind (primary or secondary).
+    pub kind: u8,
+    /// Owning primary bucket.
+    pub owner: u32,
+    /// Position in the owner's chain (0 in the primary bucket).
+    pub ordinal: u32,
+}
+
+impl Pager {
+    /// Records the operation in flight (mapped mode only: the journaled
+    /// modes never let a half-done operation reach the store file).
+    pub fn write_intent(&mut self, intent: &Intent) -> Result<()> {
+        self.tick()?;
+        if self.durability != Durability::None {
+            return Ok(());
+        }
+        let img = intent.encode();
+        let blk = self.file.block_mut(INTENT_BLOCK)?;
+        blk[..INTENT_LEN].copy_from_slice(&img);
+        Ok(())
+    }
+
+    /// Clears the intent record once both halves are written.
+    pub fn clear_intent(&mut self) -> Result<()> {
+        self.tick()?;
+        if self.durability != Durability::None {
+            return Ok(());
+        }
+        let blk = self.file.block_mut(INTENT_BLOCK)?;
+        blk[..INTENT_LEN].fill(0);
+        Ok(())
+    }
+
+    /// Puts an encoded tag into slot `addr`; a block written for the first
+    /// time takes `id`. The block was read (and its CRC checked) before.
+    pub fn put_slot(
+        &mut self,
+        addr: SlotAddr,
+        id: Identity,
+        slot: &SlotBytes,
+        kfp: u16,
+        tfp: u8,
+    ) -> Result<()> {
+        self.tick()?;
+        let raw = self.block_for_write(addr.block)?;
+        let mut b = BlockMut(raw);
+        if b.as_ref().is_unwritten() {
+            b.set_identity(id.kind, id.owner, id.ordinal);
+            b.put(addr.slot as usize, slot, kfp, tfp);
+            b.seal();
+        } else {
+            b.put_resealed(addr.slot as usize, slot, kfp, tfp);
+        }
+        self.mark_verified(addr.block);
+        Ok(())
+    }
+
+    /// Empties slot `addr` (its block was read, and its CRC checked, before).
+    pub fn clear_slot(&mut self, addr: SlotAddr) -> Result<()> {
+        self.tick()?;
+        let raw = self.block_for_write(addr.block)?;
+        BlockMut(raw).clear_resealed(addr.slot as usize);
+        Ok(())
+    }
+
+    /// Writes the superblock and flushes the file.
+    pub fn write_superblock(&mut self, sb: &Superblock) -> Result<()> {
+        let img = sb.encode();
+        self.file.block_mut(SUPERBLOCK_BLOCK)?.copy_from_slice(&img);
+        self.file.flush_range(0, BLOCK_SIZE)?;
+        self.file.flush()
+    }
+}

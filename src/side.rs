@@ -1,0 +1,137 @@
+//! Files kept beside a store (`STORE.journal`, `STORE.counts`, temporaries)
+//! and the append-only log both logs are built on.
+
+use crate::error::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Path of the side file `STORE.<ext>` beside a store.
+pub fn side_path(store: &Path, ext: &str) -> PathBuf {
+    let mut s = store.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Fsyncs the directory holding `path`, so a create, rename or remove in it is durable.
+pub fn sync_dir(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}
+
+/// Removes `path` if it exists; `what` names it in the error.
+pub fn remove_if_present(path: &Path, what: &str) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io(format!("removing {what} {}", path.display()), e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// An append-only file: each append is written at the end and fsynced; a
+/// failed append is cut back, so the file only ever grows by whole records.
+pub struct AppendLog {
+    file: File,
+    path: PathBuf,
+    len: u64,
+}
+
+impl AppendLog {
+    /// Opens `path` (creating it when `create`), positioned at its end.
+    pub fn open(path: PathBuf, writable: bool, create: bool) -> Result<Option<AppendLog>> {
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .create(create)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?
+            .len();
+        Ok(Some(AppendLog { file, path, len }))
+    }
+
+    /// Creates (or empties) `path` for writing.
+    pub fn create(path: PathBuf) -> Result<AppendLog> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+        Ok(AppendLog { file, path, len: 0 })
+    }
+
+    /// Bytes in the log.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Reads the whole log.
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        let mut data = Vec::new();
+        (&self.file)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
+        Ok(data)
+    }
+
+    /// Appends `buf` and makes it durable; on failure the log is cut back.
+    pub fn append(&mut self, buf: &[u8]) -> Result<()> {
+        let r = self
+            .file
+            .write_all_at(buf, self.len)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = r {
+            let _ = self.file.set_len(self.len);
+            return Err(Error::io(format!("writing {}", self.path.display()), e));
+        }
+        self.len += buf.len() as u64;
+        Ok(())
+    }
+
+    /// Cuts the log to `len` bytes, durably.
+    pub fn truncate(&mut self, len: u64) -> Result<()> {
+        self.file
+            .set_len(len)
+            .and_then(|()| self.file.sync_all())
+            .map_err(|e| Error::io(format!("truncating {}", self.path.display()), e))?;
+        self.len = len;
+        Ok(())
+    }
+
+    /// Renames the log to `to` and fsyncs the directory.
+    pub fn rename(&mut self, to: PathBuf) -> Result<()> {
+        std::fs::rename(&self.path, &to).map_err(|e| {
+            Error::io(
+                format!("renaming {} to {}", self.path.display(), to.display()),
+                e,
+            )
+        })?;
+        self.path = to;
+        // Best effort, as before: the rename is durable at the next fsync of the directory.
+        let _ = sync_dir(&self.path);
+        Ok(())
+    }
+
+    /// Removes the log file.
+    pub fn remove(self) -> Result<()> {
+        std::fs::remove_file(&self.path)
+            .map_err(|e| Error::io(format!("removing {}", self.path.display()), e))
+    }
+}
