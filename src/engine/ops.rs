@@ -1,11 +1,12 @@
 //! The public write calls: single and batched INSERT and DELETE, `contains`,
 //! durability and sync.
 
-use super::{BatchOutcome, Store};
+use super::{BatchOutcome, State, Store};
 use crate::error::{Error, Result};
 use crate::format::tag::encode;
 use crate::format::Tag;
 use crate::pager::Durability;
+use std::sync::RwLockWriteGuard;
 
 impl Store {
     /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
@@ -19,15 +20,7 @@ impl Store {
         let slot = encode(tag)?;
         let mut st = self.write()?;
         let changed = st.insert_slot(&slot, true)?;
-        if changed {
-            st.feed.change(tag, 1);
-        }
-        st.after_call(durability)?;
-        let merge = st.feed.wants_merge();
-        drop(st);
-        if merge {
-            self.merge_own_counts()?;
-        }
+        self.finish_one(st, tag, changed.then_some(1), durability)?;
         Ok(changed)
     }
 
@@ -46,8 +39,21 @@ impl Store {
         };
         let mut st = self.write()?;
         let changed = st.delete_slot(&slot)?;
-        if changed {
-            st.feed.change(tag, -1);
+        self.finish_one(st, tag, changed.then_some(-1), durability)?;
+        Ok(changed)
+    }
+
+    /// Ends a single-tag call: feeds the counts with `delta` (when the tag
+    /// changed), commits if the call or the mode asks, merges own counts when due.
+    fn finish_one(
+        &self,
+        mut st: RwLockWriteGuard<'_, State>,
+        tag: &Tag,
+        delta: Option<i64>,
+        durability: Option<Durability>,
+    ) -> Result<()> {
+        if let Some(d) = delta {
+            st.feed.change(tag, d);
         }
         st.after_call(durability)?;
         let merge = st.feed.wants_merge();
@@ -55,7 +61,7 @@ impl Store {
         if merge {
             self.merge_own_counts()?;
         }
-        Ok(changed)
+        Ok(())
     }
 
     /// The store's durability mode (not persisted; [`Durability::None`] on open).
