@@ -24,6 +24,8 @@ pub enum Error {
     AlreadyExists(PathBuf),
     /// The file is not a tagstore file (wrong magic).
     NotAStore(PathBuf),
+    /// The path names a directory, FIFO, device or socket, not a regular file.
+    NotARegularFile(PathBuf),
     /// The file was written by a newer, unknown format version.
     UnsupportedVersion {
         /// Format version found in the file.
@@ -74,6 +76,7 @@ impl fmt::Display for Error {
                 "{}: not a tagstore file (bad magic or too short)",
                 p.display()
             ),
+            Error::NotARegularFile(p) => write!(f, "not a regular file: {}", p.display()),
             Error::UnsupportedVersion { found, supported } => write!(
                 f,
                 "store format version {found} is newer than this build supports (up to {supported})"

@@ -135,3 +135,32 @@ impl AppendLog {
             .map_err(|e| Error::io(format!("removing {}", self.path.display()), e))
     }
 }
+
+/// The store file `path` names: a symlink is followed to its target, so the
+/// store and its side files are used (and replaced by `maintain`) where the
+/// data lives, never beside the link.
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::canonicalize(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::NotFound(path.to_path_buf())
+            } else {
+                Error::io(format!("resolving symlink {}", path.display()), e)
+            }
+        }),
+        _ => Ok(path.to_path_buf()),
+    }
+}
+
+/// Temporaries an interrupted run can leave beside a store: a counts
+/// rewrite, a maintenance rewrite and that rewrite's own side files.
+pub fn temporaries(store: &Path) -> Vec<PathBuf> {
+    let maint = side_path(store, "maintain.tmp");
+    vec![
+        side_path(store, "counts.tmp"),
+        side_path(&maint, "counts"),
+        side_path(&maint, "counts.tmp"),
+        side_path(&maint, "journal"),
+        maint,
+    ]
+}

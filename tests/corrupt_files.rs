@@ -282,13 +282,13 @@ fn foreign_files_are_not_stores() {
             "{what}: a failed open modified the file"
         );
     }
-    // A directory is not a store either.
+    // A directory is not a store either: it is named as not a regular file.
     let sub = dir.path().join("a_directory");
     std::fs::create_dir(&sub).expect("mkdir");
     match no_panic("directory", || Store::open_read_only(&sub)) {
-        Err(Error::NotAStore(_)) | Err(Error::Io { .. }) => {}
+        Err(Error::NotARegularFile(p)) => assert_eq!(p, sub),
         other => panic!(
-            "directory: expected NotAStore or Io, got {:?}",
+            "directory: expected NotARegularFile, got {:?}",
             other.map(|_| ())
         ),
     }

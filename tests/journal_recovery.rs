@@ -438,8 +438,22 @@ fn read_only_open_recovers_a_pending_journal() {
             "a read-only store must refuse writes"
         );
         drop(s);
+        // A read-only open never writes: the journal stays for the next
+        // writable open, which replays it.
+        assert_eq!(
+            fs::read(journal_path(&p)).expect("journal still there"),
+            journal,
+            "a read-only open must leave the journal as it was"
+        );
+        let w = Store::open(&p).expect("writable open replays the journal");
+        assert_exactly(
+            &w,
+            &want,
+            &format!("writable open after read-only ({name})"),
+        );
+        drop(w);
         let left = fs::metadata(journal_path(&p)).map(|m| m.len()).unwrap_or(0);
-        assert_eq!(left, 0, "the journal should be consumed by recovery");
+        assert_eq!(left, 0, "the writable open should consume the journal");
     }
 }
 

@@ -386,9 +386,12 @@ impl Harness {
                     );
                 }
                 let s = Store::open(&self.path).expect("reopen after read-only");
-                assert!(
-                    !s.recovered_on_open(),
-                    "read-only open should have left the store clean"
+                // A read-only open writes nothing: an unclean store stays
+                // unclean until a writable open recovers it.
+                assert_eq!(
+                    s.recovered_on_open(),
+                    *unclean,
+                    "read-only open must leave the store as it found it"
                 );
                 self.store = Some(s);
             }

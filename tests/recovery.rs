@@ -166,6 +166,7 @@ fn read_only_open_recovers_an_unclean_store() {
     store.fail_after_writes(Some(2));
     assert!(store.insert(&t).is_err());
     store.abandon();
+    let image = std::fs::read(&path).expect("read");
     {
         let ro = Store::open_read_only(&path).expect("open_read_only");
         assert!(
@@ -177,11 +178,18 @@ fn read_only_open_recovers_an_unclean_store() {
         assert_exactly(&ro, &with, "read-only open after crash");
         assert!(matches!(ro.insert(&t), Err(Error::ReadOnly)));
     }
+    // Recovery in memory: the read-only open wrote nothing.
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        image,
+        "a read-only open must not change the store file"
+    );
     let store = Store::open(&path).expect("open");
     assert!(
-        !store.recovered_on_open(),
-        "the read-only open's recovery should have closed the store cleanly"
+        store.recovered_on_open(),
+        "the store stays unclean until a writable open recovers it"
     );
+    assert!(whole(&store, &t, "writable open after crash"));
 }
 
 /// Where the crashing operation's slots lie.

@@ -20,6 +20,8 @@ pub struct CheckReport {
     pub subject_tags: u64,
     /// One line per fault, naming the block or bucket.
     pub faults: Vec<String>,
+    /// Things worth knowing that are not faults (stale temporaries found or removed).
+    pub notes: Vec<String>,
 }
 
 impl CheckReport {
@@ -40,6 +42,20 @@ impl Store {
     /// hold the same tags, and that the persisted counts match the tags.
     pub fn check(&self) -> Result<CheckReport> {
         let mut r = self.check_blocks()?;
+        for t in self.removed_temporaries() {
+            r.notes.push(format!(
+                "removed stale temporary {} left by an interrupted run",
+                t.display()
+            ));
+        }
+        for t in crate::side::temporaries(self.path()) {
+            if t.exists() && !self.removed_temporaries().contains(&t) {
+                r.notes.push(format!(
+                    "stale temporary {} left by an interrupted run; the next writable open removes it",
+                    t.display()
+                ));
+            }
+        }
         match self.check_counts() {
             Ok(faults) => faults.into_iter().for_each(|f| r.fault(f)),
             Err(e) => r.fault(format!("counts: not compared with the tags: {e}")),
@@ -50,10 +66,10 @@ impl Store {
     fn check_blocks(&self) -> Result<CheckReport> {
         let st = self.read();
         let (geo, seed) = (self.geometry(), st.index().seed());
-        let file = st.pager().file();
+        let pager = st.pager();
         let tables = &st.index().tables;
         let mut r = CheckReport::default();
-        if let Some(i) = Intent::decode(file.block(INTENT_BLOCK)?) {
+        if let Some(i) = Intent::decode(pager.raw_block(INTENT_BLOCK)?) {
             r.fault(format!(
                 "block 1: an interrupted {:?} is still recorded in the intent block",
                 i.op
@@ -64,7 +80,7 @@ impl Store {
         let total = geo.secondary_start(nsec);
         for b in geo.primary_start(0)..total {
             r.blocks_checked += 1;
-            let blk = BlockRef(file.block(b)?);
+            let blk = BlockRef(pager.raw_block(b)?);
             if !blk.crc_ok() {
                 r.fault(format!("block {b}: checksum mismatch"));
                 continue;
@@ -124,7 +140,7 @@ impl Store {
             }
         }
         // Tables in memory must equal tables rebuilt from the blocks.
-        match Tables::rebuild(file, &geo, nsec) {
+        match Tables::rebuild(st.pager(), &geo, nsec) {
             Err(e) => r.fault(format!("chains: {e}")),
             Ok(t) => {
                 for (g, (a, b)) in tables.primary.iter().zip(&t.primary).enumerate() {

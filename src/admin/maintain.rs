@@ -12,7 +12,7 @@ use crate::counts::counts_path;
 use crate::engine::{CreateOptions, Store};
 use crate::error::{Error, Result};
 use crate::format::{Geometry, Tag};
-use crate::side::{remove_if_present, side_path, sync_dir};
+use crate::side::{remove_if_present, resolve, side_path, sync_dir};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -48,7 +48,8 @@ impl Store {
         options: &MaintainOptions,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<MaintainReport> {
-        let path = path.as_ref();
+        // Through a symlink, rewrite the target, never replace the link.
+        let path = &resolve(path.as_ref())?;
         let started = Instant::now();
         // Sizes as the file stood before this run (opening drops the table image).
         let meta_before = std::fs::metadata(path).ok();

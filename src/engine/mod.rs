@@ -15,17 +15,19 @@ mod state;
 mod write;
 
 pub use find::{Find, Tags};
-pub use options::{BatchOutcome, CreateOptions};
+pub use options::{BatchOutcome, CreateOptions, OpenOptions};
 pub(crate) use state::State;
 
 use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
-use crate::format::{Geometry, Superblock, SUPERBLOCK_BLOCK};
+use crate::format::{Geometry, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
 use crate::index::{Index, Tables};
-use crate::pager::{journal_pending, replay_journal, MappedFile, Pager};
-use crate::side::remove_if_present;
+use crate::pager::{journal_images, journal_pending, replay_journal, MappedFile, Pager};
+use crate::side::{remove_if_present, resolve, temporaries};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 /// An open tag store. `Send + Sync`: share it with `Arc` across threads.
 pub struct Store {
@@ -37,6 +39,8 @@ pub struct Store {
     geometry: Geometry,
     seed: u64,
     path: PathBuf,
+    /// Stale temporaries this handle's open removed (reported by `check`).
+    removed: Vec<PathBuf>,
 }
 
 fn random_u64() -> Result<u64> {
@@ -56,19 +60,27 @@ impl Store {
             geometry,
             seed,
             path: path.to_path_buf(),
+            removed: Vec::new(),
         })
     }
 
     /// Creates a new, empty store file at `path`; fails if the path exists.
     pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
         let path = path.as_ref();
-        let geometry = options.geometry();
-        geometry.validate()?;
+        let geometry = options.checked_geometry()?;
         let seed = match options.seed {
             Some(s) => s,
             None => random_u64()?,
         };
         let file = MappedFile::create(path, geometry.file_len(0))?;
+        // The file is ours: a create that fails leaves nothing behind.
+        Self::create_in(file, path, geometry, seed).inspect_err(|_| {
+            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(crate::counts::counts_path(path));
+        })
+    }
+
+    fn create_in(file: MappedFile, path: &Path, geometry: Geometry, seed: u64) -> Result<Store> {
         // No store existed at this path, so a journal beside it is stale.
         remove_if_present(&crate::pager::journal_path(path), "stale journal")?;
         let sb = Superblock {
@@ -98,29 +110,35 @@ impl Store {
 
     /// Opens an existing store for reading and writing (exclusive lock).
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
-        Self::open_with(path.as_ref(), true)
+        Self::open_with_options(path, &OpenOptions::default())
+    }
+
+    /// Opens an existing store as `options` say (read-only or not, waiting
+    /// for a lock or not). A symlink is followed: the store and its side
+    /// files are used where the target lies.
+    pub fn open_with_options(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Store> {
+        let path = resolve(path.as_ref())?;
+        Self::open_with(&path, !options.read_only, options.wait)
     }
 
     /// Opens an existing store for reading only (shared lock; many readers).
     ///
-    /// A store left unclean by a crash is first recovered, which needs a
-    /// brief exclusive open.
+    /// Nothing is ever written: a store left unclean by a crash is recovered
+    /// in memory (journal replayed, interrupted operation redone, tables
+    /// rebuilt) and served from that view; the next writable open recovers
+    /// it on disk.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
-        let path = path.as_ref();
-        if journal_pending(path) {
-            Store::open(path)?.close()?;
-        }
-        let s = Self::open_with(path, false)?;
-        if !s.recovered_on_open() {
-            return Ok(s);
-        }
-        drop(s);
-        Store::open(path)?.close()?;
-        Self::open_with(path, false)
+        Self::open_with_options(
+            path,
+            &OpenOptions {
+                read_only: true,
+                wait: None,
+            },
+        )
     }
 
-    fn open_with(path: &Path, writable: bool) -> Result<Store> {
-        let mut file = MappedFile::open(path, writable)?;
+    fn open_with(path: &Path, writable: bool, wait: Option<Duration>) -> Result<Store> {
+        let mut file = MappedFile::open(path, writable, wait)?;
         let sb = Superblock::decode(file.block(SUPERBLOCK_BLOCK)?)?
             .ok_or_else(|| Error::NotAStore(path.to_path_buf()))?;
         let geo = sb.geometry;
@@ -142,15 +160,17 @@ impl Store {
                 sb.secondary_count,
             )));
         }
-        let mut replayed = false;
-        if journal_pending(path) {
-            if !writable {
-                return Err(Error::corrupt(
-                    "journal holds changes to replay; open the store for writing to recover",
-                ));
+        // A read-only open never writes: what recovery would write (the
+        // journal's images, the redone intent) is kept in memory instead.
+        let mut overlay = HashMap::new();
+        let mut blocks = file.len() / BLOCK_SIZE as u64;
+        let replayed = journal_pending(path);
+        if replayed {
+            if writable {
+                replay_journal(&mut file, &geo, path, sb.seed)?;
+            } else {
+                (overlay, blocks) = journal_images(&file, &geo, path, sb.seed)?;
             }
-            replay_journal(&mut file, &geo, path, sb.seed)?;
-            replayed = true;
         }
         let persisted = if sb.clean() && !replayed {
             recovery::read_tables(&file, &sb)
@@ -158,14 +178,24 @@ impl Store {
             None
         };
         let recovered = persisted.is_none();
+        let pager;
         let tables = match persisted {
-            Some(t) => t,
+            Some(t) => {
+                pager = Pager::new(file, geo, sb.seed, path);
+                t
+            }
             None => {
-                let sec = recovery::secondary_count(&file, &sb);
+                let sec = recovery::secondary_count(&file, &sb, blocks);
                 if writable {
                     recovery::recover_intent(&mut file, &geo, sb.seed)?;
+                    pager = Pager::new(file, geo, sb.seed, path);
+                } else {
+                    for (n, img) in recovery::intent_redo(&file, &overlay, &geo, sb.seed)? {
+                        overlay.insert(n, img);
+                    }
+                    pager = Pager::new(file, geo, sb.seed, path).with_recovered(overlay, blocks);
                 }
-                Tables::rebuild(&file, &geo, sec)?
+                Tables::rebuild(&pager, &geo, sec)?
             }
         };
         let index = Index::new(tables, geo, sb.seed);
@@ -175,7 +205,7 @@ impl Store {
             sb.tag_count
         };
         let mut state = State {
-            pager: Pager::new(file, geo, sb.seed, path),
+            pager,
             index,
             sb,
             tag_count,
@@ -187,7 +217,18 @@ impl Store {
         if writable {
             state.mark_open()?;
         }
-        Self::from_state(state, path)
+        let mut store = Self::from_state(state, path)?;
+        if writable {
+            // Under the exclusive lock nothing else can be writing these:
+            // they are leftovers of a killed run.
+            for t in temporaries(path) {
+                if t.exists() {
+                    remove_if_present(&t, "stale temporary")?;
+                    store.removed.push(t);
+                }
+            }
+        }
+        Ok(store)
     }
 
     /// The state, for reading.
@@ -235,6 +276,11 @@ impl Store {
     /// True when no tag is stored.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Stale temporaries of a killed run that this handle's open removed.
+    pub(crate) fn removed_temporaries(&self) -> &[PathBuf] {
+        &self.removed
     }
 
     /// True if the last open found an unclean shutdown and rebuilt the tables.

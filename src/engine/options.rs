@@ -1,9 +1,12 @@
 //! Options for creating a store, and what a batch did.
 
+use crate::error::{Error, Result};
 use crate::format::geometry::{
     DEFAULT_BLOCKS_PER_PRIMARY, DEFAULT_BLOCKS_PER_SECONDARY, DEFAULT_EXPECTED_TAGS,
+    MAX_START_BYTES,
 };
 use crate::format::Geometry;
+use std::time::Duration;
 
 /// Options for [`Store::create`](crate::Store::create).
 #[derive(Clone, Debug)]
@@ -49,6 +52,25 @@ impl CreateOptions {
     }
 }
 
+impl CreateOptions {
+    /// The geometry, refused when out of range or when the expected tag count
+    /// would need a file larger than [`MAX_START_BYTES`] before any tag.
+    pub(crate) fn checked_geometry(&self) -> Result<Geometry> {
+        let g = self.geometry();
+        if self.primary_buckets_per_half.is_none() {
+            let max = Geometry::max_expected_tags(g.blocks_per_primary.max(1));
+            if self.expected_tags > max {
+                return Err(Error::InvalidArgument(format!(
+                    "expected tags must be at most {max} (a store sized for more would need over {} TiB before its first tag)",
+                    MAX_START_BYTES >> 40
+                )));
+            }
+        }
+        g.validate()?;
+        Ok(g)
+    }
+}
+
 /// How an INSERT or DELETE batch went.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct BatchOutcome {
@@ -56,4 +78,14 @@ pub struct BatchOutcome {
     pub changed: u64,
     /// Tags that were already present (insert) or absent (delete).
     pub unchanged: u64,
+}
+
+/// Options for [`Store::open_with_options`](crate::Store::open_with_options).
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    /// Open for reading only (shared lock; nothing is ever written).
+    pub read_only: bool,
+    /// Wait up to this long for a lock another process holds; `None` fails
+    /// at once with [`Error::Locked`](crate::Error::Locked).
+    pub wait: Option<Duration>,
 }

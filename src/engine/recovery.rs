@@ -10,17 +10,26 @@ use crate::format::{
 };
 use crate::index::{Tables, TABLE_MAGIC};
 use crate::pager::MappedFile;
+use std::collections::HashMap;
 
-/// Redoes the operation recorded in the intent block, if any, so that a tag
-/// interrupted mid-INSERT or mid-DELETE is wholly present or wholly absent.
-pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<bool> {
+/// The blocks the operation recorded in the intent block leaves once
+/// redone (`overlay`'s image of a block, when it has one, else the file's),
+/// so that a tag interrupted mid-INSERT or mid-DELETE is wholly present or
+/// wholly absent. Empty when no operation is recorded.
+pub fn intent_redo(
+    file: &MappedFile,
+    overlay: &HashMap<u64, Box<[u8]>>,
+    geo: &Geometry,
+    seed: u64,
+) -> Result<Vec<(u64, Box<[u8]>)>> {
     let Some(intent) = Intent::decode(file.block(INTENT_BLOCK)?) else {
-        return Ok(false);
+        return Ok(Vec::new());
     };
     let view = decode(&intent.tag)
         .ok_or_else(|| Error::corrupt("intent record (block 1) holds an undecodable tag"))?;
     let tfp = tag_fp(seed, &intent.tag);
     let total_blocks = file.len() / BLOCK_SIZE as u64;
+    let mut out: Vec<(u64, Box<[u8]>)> = Vec::new();
     for (h, addr, (owner, ordinal)) in [
         (Half::Object, intent.object_slot, intent.object_identity),
         (Half::Subject, intent.subject_slot, intent.subject_identity),
@@ -43,8 +52,11 @@ pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Resul
             KIND_SECONDARY
         };
         let kfp = key_fp(key_hash(seed, h, view.relationship, view.key_name(h)));
-        file.reserve(addr.block * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
-        let mut b = BlockMut(file.block_mut(addr.block)?);
+        let mut img: Box<[u8]> = match overlay.get(&addr.block) {
+            Some(b) => b.clone(),
+            None => file.block(addr.block)?.into(),
+        };
+        let mut b = BlockMut(&mut img);
         if b.as_ref().is_unwritten() {
             b.set_identity(kind, owner, ordinal);
         }
@@ -53,9 +65,23 @@ pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Resul
             IntentOp::Delete => b.clear(addr.slot as usize),
         }
         b.seal();
+        out.push((addr.block, img));
     }
-    file.block_mut(INTENT_BLOCK)?[..INTENT_LEN].fill(0);
-    Ok(true)
+    // The record itself, cleared.
+    let mut cleared: Box<[u8]> = file.block(INTENT_BLOCK)?.into();
+    cleared[..INTENT_LEN].fill(0);
+    out.push((INTENT_BLOCK, cleared));
+    Ok(out)
+}
+
+/// Redoes the recorded operation in the file and clears the intent record.
+pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<()> {
+    // The cleared record comes last: the tag's blocks are whole before it goes.
+    for (n, img) in intent_redo(file, &HashMap::new(), geo, seed)? {
+        file.reserve(n * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
+        file.block_mut(n)?.copy_from_slice(&img);
+    }
+    Ok(())
 }
 
 /// The tables image written by the last clean close, if it is intact.
@@ -75,11 +101,12 @@ pub fn read_tables(file: &MappedFile, sb: &Superblock) -> Option<Tables> {
 }
 
 /// Secondary buckets an unclean file holds: where its blocks end.
-pub fn secondary_count(file: &MappedFile, sb: &Superblock) -> u32 {
+pub fn secondary_count(file: &MappedFile, sb: &Superblock, blocks: u64) -> u32 {
     let geo = sb.geometry;
     let base = geo.file_len(0);
     let sec_bytes = geo.blocks_per_secondary as u64 * BLOCK_SIZE as u64;
-    let by_len = ((file.len() - base) / sec_bytes).min(NONE as u64 - 1) as u32;
+    let len = (blocks * BLOCK_SIZE as u64).max(file.len());
+    let by_len = ((len - base) / sec_bytes).min(NONE as u64 - 1) as u32;
     // An unclean superblock with a table offset was written by an
     // interrupted close: the blocks end exactly there.
     let closing = sb.table_offset != 0 && sb.table_offset == geo.file_len(sb.secondary_count);

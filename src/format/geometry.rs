@@ -51,6 +51,16 @@ impl Geometry {
         }
     }
 
+    /// Most tags a store can be pre-sized for with `blocks_per_primary`
+    /// (its primary partition then stays within [`MAX_START_BYTES`]).
+    pub fn max_expected_tags(blocks_per_primary: u32) -> u64 {
+        let per_half = (MAX_START_BYTES / BLOCK_SIZE as u64 - PRIMARY_BASE)
+            / (2 * blocks_per_primary.max(1) as u64);
+        let per_half = per_half.min(MAX_PRIMARY_PER_HALF as u64);
+        let cap = blocks_per_primary.max(1) as f64 * SLOTS_PER_BLOCK as f64 * TARGET_PRIMARY_FILL;
+        (per_half as f64 * cap) as u64
+    }
+
     /// Checks the ranges; names the offending value.
     pub fn validate(&self) -> Result<()> {
         if self.primary_buckets_per_half == 0
@@ -70,6 +80,15 @@ impl Geometry {
                     "{name} must be 1..={MAX_BLOCKS_PER_BUCKET}, got {v}"
                 )));
             }
+        }
+        if self.file_len(0) > MAX_START_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "{} primary buckets of {} blocks per half need {} bytes before the first tag; at most {MAX_START_BYTES} ({} TiB) are allowed",
+                self.primary_buckets_per_half,
+                self.blocks_per_primary,
+                self.file_len(0),
+                MAX_START_BYTES >> 40
+            )));
         }
         Ok(())
     }
@@ -126,5 +145,7 @@ impl Geometry {
 
 /// Largest primary bucket count per half.
 pub const MAX_PRIMARY_PER_HALF: u32 = 1 << 30;
+/// Largest file a store may need before its first tag (its fixed partition).
+pub const MAX_START_BYTES: u64 = 1 << 43;
 /// Largest bucket size in blocks.
 pub const MAX_BLOCKS_PER_BUCKET: u32 = 1 << 16;

@@ -3,7 +3,7 @@
 use super::tables::{filter_add, Tables};
 use crate::error::{Error, Result};
 use crate::format::{BlockRef, Geometry, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY, NONE};
-use crate::pager::{MappedFile, SeqReader};
+use crate::pager::Pager;
 
 fn checksum(b: u64) -> Error {
     Error::corrupt(format!(
@@ -14,9 +14,9 @@ fn checksum(b: u64) -> Error {
 
 impl Tables {
     /// Rebuilds the tables by reading every block (checksums verified).
-    pub fn rebuild(file: &MappedFile, geometry: &Geometry, secondary: u32) -> Result<Tables> {
+    pub fn rebuild(pager: &Pager, geometry: &Geometry, secondary: u32) -> Result<Tables> {
         // One ascending pass over the whole file, in large reads.
-        let mut reader = SeqReader::new(file);
+        let mut reader = pager.seq_reader();
         let mut t = Tables::new(geometry, secondary);
         for g in 0..geometry.primary_buckets() {
             let start = geometry.primary_start(g);

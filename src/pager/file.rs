@@ -3,8 +3,10 @@
 use crate::error::{Error, Result};
 use crate::format::BLOCK_SIZE;
 use memmap2::{Mmap, MmapMut, MmapOptions};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 enum Map {
     Ro(Mmap),
@@ -41,22 +43,49 @@ fn headroom(len: u64) -> u64 {
     len.saturating_mul(2).max(len.saturating_add(1 << 30))
 }
 
-fn lock(file: &File, path: &Path, exclusive: bool) -> Result<()> {
-    let r = if exclusive {
-        file.try_lock()
-    } else {
-        file.try_lock_shared()
-    };
-    match r {
-        Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(Error::Locked(path.to_path_buf())),
-        Err(TryLockError::Error(e)) => Err(Error::io(format!("locking {}", path.display()), e)),
+/// Locks `file`; when another process holds it, retries for up to `wait`
+/// (none: fails at once with [`Error::Locked`]).
+fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Result<()> {
+    let deadline = wait.map(|w| Instant::now() + w);
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let r = if exclusive {
+            file.try_lock()
+        } else {
+            file.try_lock_shared()
+        };
+        match r {
+            Ok(()) => return Ok(()),
+            Err(TryLockError::WouldBlock) => {
+                let now = Instant::now();
+                match deadline {
+                    Some(d) if now < d => {
+                        std::thread::sleep(pause.min(d - now));
+                        pause = (pause * 2).min(Duration::from_millis(50));
+                    }
+                    _ => return Err(Error::Locked(path.to_path_buf())),
+                }
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(Error::io(format!("locking {}", path.display()), e))
+            }
+        }
     }
 }
 
 impl MappedFile {
-    /// Opens and locks an existing file (exclusive when writable).
-    pub fn open(path: &Path, writable: bool) -> Result<Self> {
+    /// Opens and locks an existing file (exclusive when writable), waiting
+    /// up to `wait` for a lock another process holds.
+    pub fn open(path: &Path, writable: bool, wait: Option<Duration>) -> Result<Self> {
+        // Look before opening: opening a FIFO blocks until a writer comes.
+        match std::fs::metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::NotFound(path.to_path_buf()))
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+            Ok(m) if !m.is_file() => return Err(Error::NotARegularFile(path.to_path_buf())),
+            Ok(_) => {}
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(writable)
@@ -69,9 +98,9 @@ impl MappedFile {
             .metadata()
             .map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?;
         if !meta.is_file() {
-            return Err(Error::NotAStore(path.to_path_buf()));
+            return Err(Error::NotARegularFile(path.to_path_buf()));
         }
-        lock(&file, path, writable)?;
+        lock(&file, path, writable, wait)?;
         // A maintenance run may have renamed a new file over the path between
         // our open and our lock: then we locked the old, unlinked file.
         {
@@ -80,7 +109,7 @@ impl MappedFile {
                 .map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?;
             if (now.dev(), now.ino()) != (meta.dev(), meta.ino()) {
                 drop(file);
-                return Self::open(path, writable);
+                return Self::open(path, writable, wait);
             }
         }
         let meta = file
@@ -118,22 +147,29 @@ impl MappedFile {
                 std::io::ErrorKind::AlreadyExists => Error::AlreadyExists(path.to_path_buf()),
                 _ => Error::io(format!("creating {}", path.display()), e),
             })?;
-        lock(&file, path, true)?;
-        file.set_len(len)
-            .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
-        let mapped = headroom(len);
-        let map = Self::map(&file, path, true, mapped)?;
-        let tmpfs = on_tmpfs(&file);
-        let mut f = MappedFile {
-            file,
-            map,
-            path: path.to_path_buf(),
-            len,
-            mapped,
-            tmpfs,
-        };
-        f.reserve(0, if tmpfs { len } else { 2 * BLOCK_SIZE as u64 })?;
-        Ok(f)
+        // The file is ours (create_new): on any failure from here, remove it.
+        let made = (|| {
+            lock(&file, path, true, None)?;
+            file.set_len(len)
+                .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
+            let mapped = headroom(len);
+            let map = Self::map(&file, path, true, mapped)?;
+            let tmpfs = on_tmpfs(&file);
+            let mut f = MappedFile {
+                file,
+                map,
+                path: path.to_path_buf(),
+                len,
+                mapped,
+                tmpfs,
+            };
+            f.reserve(0, if tmpfs { len } else { 2 * BLOCK_SIZE as u64 })?;
+            Ok(f)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        made
     }
 
     /// Maps the first `mapped` bytes (the file may be shorter: pages past
@@ -353,7 +389,14 @@ pub struct SeqReader<'a> {
     buf: Vec<u8>,
     start: u64,
     n: u64,
+    /// Blocks recovered in memory (a read-only open), served first.
+    overlay: Option<&'a HashMap<u64, Box<[u8]>>>,
+    /// Blocks past the file's end up to here read as zeros (never written).
+    blocks: u64,
 }
+
+/// A never-written block.
+pub static ZERO_BLOCK: [u8; BLOCK_SIZE] = [0; BLOCK_SIZE];
 
 impl<'a> SeqReader<'a> {
     /// Blocks read per positioned read.
@@ -366,11 +409,32 @@ impl<'a> SeqReader<'a> {
             buf: Vec::new(),
             start: 0,
             n: 0,
+            overlay: None,
+            blocks: 0,
+        }
+    }
+
+    /// A reader that serves `overlay`'s blocks first and zeros up to `blocks`.
+    pub fn with_overlay(
+        file: &'a MappedFile,
+        overlay: &'a HashMap<u64, Box<[u8]>>,
+        blocks: u64,
+    ) -> Self {
+        SeqReader {
+            overlay: Some(overlay),
+            blocks,
+            ..SeqReader::new(file)
         }
     }
 
     /// Block `b`; reads ahead when `b` is outside the buffered run.
     pub fn block(&mut self, b: u64) -> Result<&[u8]> {
+        if let Some(img) = self.overlay.and_then(|o| o.get(&b)) {
+            return Ok(img);
+        }
+        if b >= self.file.len() / BLOCK_SIZE as u64 && b < self.blocks {
+            return Ok(&ZERO_BLOCK);
+        }
         if b < self.start || b >= self.start + self.n {
             let total = self.file.len() / BLOCK_SIZE as u64;
             if b >= total {

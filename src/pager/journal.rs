@@ -65,6 +65,17 @@ impl Journal {
         })
     }
 
+    /// Opens the journal of the store at `store` for reading only; `None` when absent.
+    pub fn open_read_only(store: &Path, seed: u64) -> Result<Option<Journal>> {
+        Ok(
+            AppendLog::open(journal_path(store), false, false)?.map(|log| Journal {
+                log,
+                next_seq: 0,
+                seed,
+            }),
+        )
+    }
+
     /// Bytes in the journal.
     pub fn len(&self) -> u64 {
         self.log.len()

@@ -18,7 +18,7 @@ pub use commit::SyncPoint;
 pub use commit::{Durability, SyncHook};
 pub use file::{MappedFile, SeqReader};
 pub use journal::journal_path;
-pub use replay::{journal_pending, replay_journal};
+pub use replay::{journal_images, journal_pending, replay_journal};
 pub use write::Identity;
 
 use crate::error::{Error, Result};
@@ -47,6 +47,9 @@ pub struct Pager {
     /// Writes left before a simulated crash (tests).
     fail_after: Option<u64>,
     sync_hook: Option<SyncHook>,
+    /// Read-only recovery: blocks past the file's end up to here exist in
+    /// memory only (the overlay's, or zeros). 0 when the file is all.
+    virtual_blocks: u64,
 }
 
 fn verified_len(file_len: u64) -> usize {
@@ -71,7 +74,33 @@ impl Pager {
             poisoned: false,
             fail_after: None,
             sync_hook: None,
+            virtual_blocks: 0,
         }
+    }
+
+    /// A read-only pager whose reads see `overlay` (the blocks recovery
+    /// would write, recovered in memory) over the file, and `blocks` blocks
+    /// in all.
+    pub fn with_recovered(mut self, overlay: HashMap<u64, Box<[u8]>>, blocks: u64) -> Pager {
+        self.overlay = overlay;
+        self.virtual_blocks = blocks;
+        self
+    }
+
+    /// Block `n` as stored, its checksum not checked (for `check`).
+    pub fn raw_block(&self, n: u64) -> Result<&[u8]> {
+        if let Some(b) = self.overlay.get(&n) {
+            return Ok(b);
+        }
+        if n >= self.file.len() / BLOCK_SIZE as u64 && n < self.virtual_blocks {
+            return Ok(&file::ZERO_BLOCK);
+        }
+        self.file.block(n)
+    }
+
+    /// A sequential reader over every block (table rebuilds).
+    pub fn seq_reader(&self) -> SeqReader<'_> {
+        SeqReader::with_overlay(&self.file, &self.overlay, self.virtual_blocks)
     }
 
     /// The mapped file (raw reads: rebuilds, checks, sizes).
@@ -89,6 +118,9 @@ impl Pager {
         if !self.overlay.is_empty() {
             if let Some(b) = self.overlay.get(&n) {
                 return Ok(BlockRef(b));
+            }
+            if n < self.virtual_blocks && n >= self.file.len() / BLOCK_SIZE as u64 {
+                return Ok(BlockRef(&file::ZERO_BLOCK));
             }
         }
         let raw = self.file.block(n)?;
