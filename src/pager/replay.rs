@@ -8,6 +8,9 @@ use crate::format::{BlockRef, Geometry, BLOCK_SIZE, NONE};
 use std::collections::HashMap;
 use std::path::Path;
 
+/// Block images by block number, kept in memory.
+pub type Images = HashMap<u64, Box<[u8]>>;
+
 /// True when a non-empty journal lies beside the store at `path`.
 pub fn journal_pending(path: &Path) -> bool {
     std::fs::metadata(journal_path(path)).is_ok_and(|m| m.len() > 0)
@@ -78,7 +81,7 @@ pub fn journal_images(
     geo: &Geometry,
     path: &Path,
     seed: u64,
-) -> Result<(HashMap<u64, Box<[u8]>>, u64)> {
+) -> Result<(Images, u64)> {
     let mut images = HashMap::new();
     let mut len = file.len();
     let Some(mut j) = Journal::open_read_only(path, seed)? else {
