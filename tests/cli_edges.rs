@@ -367,6 +367,49 @@ fn missing_positionals_are_usage_errors() {
     assert!(export_lines(&st).is_empty());
 }
 
+/// Case: out-of-range geometry values (`--blocks-per-primary 0`, ...) for
+/// `create` and `maintain` are usage errors (exit 2) that name the value.
+#[test]
+fn bad_geometry_values_are_usage_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.tags");
+    let b = s(&bad);
+    for (flag, value, needle) in [
+        ("--blocks-per-primary", "0", "blocks per primary bucket"),
+        ("--blocks-per-secondary", "0", "blocks per secondary bucket"),
+        ("--primary-buckets", "0", "primary buckets per half"),
+        (
+            "--blocks-per-primary",
+            "4000000000",
+            "blocks per primary bucket",
+        ),
+        (
+            "--primary-buckets",
+            "4294967295",
+            "primary buckets per half",
+        ),
+    ] {
+        usage(
+            &run(&["create", b, flag, value]),
+            &[needle, "invalid argument"],
+        );
+        assert!(!bad.exists(), "a refused create left {b} behind");
+    }
+    let st = create_small(dir.path(), "m.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "a", "b", "c"]));
+    let before = std::fs::read(&st).expect("read");
+    usage(
+        &run(&["maintain", p, "--blocks-per-secondary", "0"]),
+        &["blocks per secondary bucket"],
+    );
+    usage(
+        &run(&["maintain", p, "--primary-buckets", "0"]),
+        &["primary buckets per half"],
+    );
+    assert_eq!(std::fs::read(&st).expect("read"), before);
+}
+
 // --- Item 11: TSV input edges ----------------------------------------------------
 
 /// Case: a UTF-8 byte order mark at the start of a TSV file (or stdin) is

@@ -237,6 +237,22 @@ fn finish(out: Out, code: ExitCode) -> Result<ExitCode, Fail> {
     Ok(code)
 }
 
+/// Checks geometry values given on the command line against the store's
+/// limits, before any file is touched: a bad value is a usage error.
+fn check_geometry(
+    sub: &'static str,
+    primary_buckets: Option<u32>,
+    blocks_per_primary: Option<u32>,
+    blocks_per_secondary: Option<u32>,
+) -> Result<(), Fail> {
+    let g = Geometry {
+        primary_buckets_per_half: primary_buckets.unwrap_or(1),
+        blocks_per_primary: blocks_per_primary.unwrap_or(1),
+        blocks_per_secondary: blocks_per_secondary.unwrap_or(1),
+    };
+    g.validate().map_err(|e| Fail::Usage(sub, e.to_string()))
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Fail> {
     let mut out = Out::new();
     match cli.cmd {
@@ -248,6 +264,12 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             blocks_per_secondary,
             seed,
         } => {
+            check_geometry(
+                "create",
+                primary_buckets,
+                blocks_per_primary,
+                blocks_per_secondary,
+            )?;
             let opts = CreateOptions {
                 expected_tags,
                 primary_buckets_per_half: primary_buckets,
@@ -365,6 +387,12 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             blocks_per_secondary,
             json,
         } => {
+            check_geometry(
+                "maintain",
+                primary_buckets,
+                blocks_per_primary,
+                blocks_per_secondary,
+            )?;
             let cur = Store::open_read_only(&store)?.geometry();
             let bp = blocks_per_primary.unwrap_or(cur.blocks_per_primary);
             let bs = blocks_per_secondary.unwrap_or(cur.blocks_per_secondary);
