@@ -1,6 +1,15 @@
 //! TSV lines of tags with PostgreSQL COPY-style backslash escapes.
 
+use crate::format::tag::MAX_TAG_BYTES;
 use crate::format::Tag;
+use std::io::{self, BufRead};
+
+/// The UTF-8 byte order mark; [`LineReader`] drops it from the start of its input.
+pub const BOM: &str = "\u{feff}";
+
+/// Longest TSV line any tag can need, its `\r\n` included: the three strings
+/// hold at most 156 bytes, each escaped to at most 2 characters, plus 2 tabs.
+pub const MAX_LINE_BYTES: usize = 2 * MAX_TAG_BYTES + 2 + 2;
 
 /// Escapes a field: backslash, tab, newline and carriage return become `\\`, `\t`, `\n`, `\r`.
 pub fn escape(s: &str) -> String {
@@ -51,6 +60,11 @@ pub fn format_tag(t: &Tag) -> String {
 /// Parses one TSV line (without its newline) into a tag.
 pub fn parse_line(line: &str) -> Result<Tag, String> {
     let line = line.strip_suffix('\r').unwrap_or(line);
+    if line.is_empty() {
+        return Err(
+            "blank line (every line must be a tag: object<TAB>relationship<TAB>subject)".into(),
+        );
+    }
     let fields: Vec<&str> = line.split('\t').collect();
     if fields.len() != 3 {
         return Err(format!(
@@ -63,6 +77,95 @@ pub fn parse_line(line: &str) -> Result<Tag, String> {
         unescape(fields[1])?,
         unescape(fields[2])?,
     ))
+}
+
+/// Why [`LineReader::next_line`] stopped.
+#[derive(Debug)]
+pub enum LineError {
+    /// Reading the input failed.
+    Io(io::Error),
+    /// The line passed [`MAX_LINE_BYTES`]; the rest of it was not read.
+    TooLong,
+}
+
+/// Reads TSV lines with bounded memory: drops a [`BOM`] at the start of the
+/// input and refuses a line as soon as it passes [`MAX_LINE_BYTES`].
+pub struct LineReader<R> {
+    inner: R,
+    buf: Vec<u8>,
+    line_no: u64,
+    bytes: u64,
+}
+
+impl<R: BufRead> LineReader<R> {
+    /// Reads lines from `inner`.
+    pub fn new(inner: R) -> Self {
+        LineReader {
+            inner,
+            buf: Vec::with_capacity(MAX_LINE_BYTES + BOM.len() + 1),
+            line_no: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The next line without its `\n` (a `\r` before it stays, for
+    /// [`parse_line`]), or `None` at the end of the input. After an error the
+    /// reader is mid-line and should not be read further.
+    pub fn next_line(&mut self) -> Result<Option<&[u8]>, LineError> {
+        let first = self.line_no == 0;
+        let limit = MAX_LINE_BYTES + if first { BOM.len() } else { 0 };
+        self.buf.clear();
+        loop {
+            let avail = match self.inner.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.line_no += 1;
+                    return Err(LineError::Io(e));
+                }
+            };
+            if avail.is_empty() {
+                break;
+            }
+            let (take, done) = match avail.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (avail.len(), false),
+            };
+            if self.buf.len() + take > limit {
+                self.line_no += 1;
+                return Err(LineError::TooLong);
+            }
+            self.buf.extend_from_slice(&avail[..take]);
+            self.inner.consume(take);
+            self.bytes += take as u64;
+            if done {
+                break;
+            }
+        }
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        self.line_no += 1;
+        if self.buf.last() == Some(&b'\n') {
+            self.buf.pop();
+        }
+        let start = if first && self.buf.starts_with(BOM.as_bytes()) {
+            BOM.len()
+        } else {
+            0
+        };
+        Ok(Some(&self.buf[start..]))
+    }
+
+    /// Number of the line last returned (or refused, or being read when reading failed), from 1.
+    pub fn line_no(&self) -> u64 {
+        self.line_no
+    }
+
+    /// Bytes of input consumed so far.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
 }
 
 #[cfg(test)]
@@ -88,5 +191,42 @@ mod tests {
             parse_line("a\tb\tc\r").expect("crlf"),
             Tag::new("a", "b", "c")
         );
+    }
+
+    fn lines(input: &[u8]) -> Vec<Result<Vec<u8>, String>> {
+        let mut r = LineReader::new(std::io::BufReader::with_capacity(7, input));
+        let mut out = Vec::new();
+        loop {
+            match r.next_line() {
+                Ok(Some(l)) => out.push(Ok(l.to_vec())),
+                Ok(None) => break,
+                Err(e) => {
+                    out.push(Err(format!("{e:?} at {}", r.line_no())));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn line_reader_bom_and_limits() {
+        let ok = |s: &str| Ok(s.as_bytes().to_vec());
+        assert_eq!(
+            lines("\u{feff}a\tb\tc\r\nx\n\u{feff}y".as_bytes()),
+            vec![ok("a\tb\tc\r"), ok("x"), ok("\u{feff}y")]
+        );
+        assert_eq!(lines(b""), vec![]);
+        assert_eq!(lines(b"\n\n"), vec![ok(""), ok("")]);
+        let longest = "x".repeat(MAX_LINE_BYTES - 1) + "\n";
+        assert_eq!(lines(longest.as_bytes()).len(), 1);
+        let bom_longest = format!("{BOM}{longest}");
+        assert_eq!(lines(bom_longest.as_bytes()).len(), 1);
+        let over = format!("a\n{}", "x".repeat(MAX_LINE_BYTES + 1));
+        assert_eq!(
+            lines(over.as_bytes()),
+            vec![ok("a"), Err("TooLong at 2".into())]
+        );
+        assert_eq!(MAX_LINE_BYTES, 316);
     }
 }

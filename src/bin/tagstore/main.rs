@@ -1,21 +1,19 @@
 //! The `tagstore` command-line tool: create, load, query and check a tag store.
 
-use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+mod load;
+mod out;
+mod progress;
+
+use clap::error::ErrorKind;
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use indicatif::ProgressDrawTarget;
+use load::{Tally, Verb};
+use out::{say, Out};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use tagstore::{tsv, CreateOptions, Durability, Error, Store, Tag};
-
-/// Prints a line to stdout; a closed stdout (e.g. `| head`) is not an error
-/// worth a panic, so write failures are ignored here.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        let _ = writeln!(io::stdout().lock(), $($arg)*);
-    }};
-}
+use tagstore::{tsv, CreateOptions, Durability, Error, Geometry, Store, Tag};
 
 #[derive(Parser)]
 #[command(
@@ -145,7 +143,11 @@ struct Change {
     /// Store file.
     store: PathBuf,
     /// Object (with RELATIONSHIP and SUBJECT), unless --file is given.
-    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    #[arg(
+        required_unless_present = "file",
+        conflicts_with = "file",
+        requires_all = ["relationship", "subject"]
+    )]
     object: Option<String>,
     /// Relationship.
     #[arg(requires = "object")]
@@ -181,25 +183,30 @@ impl From<DurabilityArg> for Durability {
     }
 }
 
-/// A CLI failure: the message printed after "error: ".
-struct Fail(String);
+/// A CLI failure.
+enum Fail {
+    /// An error (exit 1): the message printed after "error: ".
+    Error(String),
+    /// A usage error (exit 2) of a subcommand, printed with its usage by clap.
+    Usage(&'static str, String),
+}
 
 impl From<Error> for Fail {
     fn from(e: Error) -> Self {
         match e {
-            Error::NotFound(p) => Fail(format!(
+            Error::NotFound(p) => Fail::Error(format!(
                 "{}: no such store file (create one with `tagstore create {}`)",
                 p.display(),
                 p.display()
             )),
-            e => Fail(e.to_string()),
+            e => Fail::Error(e.to_string()),
         }
     }
 }
 
-impl From<io::Error> for Fail {
-    fn from(e: io::Error) -> Self {
-        Fail(format!("output: {e}"))
+impl From<String> for Fail {
+    fn from(m: String) -> Self {
+        Fail::Error(m)
     }
 }
 
@@ -207,14 +214,47 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
-        Err(Fail(m)) => {
+        Err(Fail::Error(m)) => {
             let _ = writeln!(io::stderr(), "error: {m}");
             ExitCode::FAILURE
+        }
+        Err(Fail::Usage(sub, m)) => {
+            let mut cmd = Cli::command();
+            cmd.build();
+            let e = match cmd.find_subcommand_mut(sub) {
+                Some(sc) => sc.error(ErrorKind::ValueValidation, m),
+                None => cmd.error(ErrorKind::ValueValidation, m),
+            };
+            let _ = e.print();
+            ExitCode::from(2)
         }
     }
 }
 
+/// Prints the results through `out`, then flushes it: a write error fails the command.
+fn finish(out: Out, code: ExitCode) -> Result<ExitCode, Fail> {
+    out.finish()?;
+    Ok(code)
+}
+
+/// Checks geometry values given on the command line against the store's
+/// limits, before any file is touched: a bad value is a usage error.
+fn check_geometry(
+    sub: &'static str,
+    primary_buckets: Option<u32>,
+    blocks_per_primary: Option<u32>,
+    blocks_per_secondary: Option<u32>,
+) -> Result<(), Fail> {
+    let g = Geometry {
+        primary_buckets_per_half: primary_buckets.unwrap_or(1),
+        blocks_per_primary: blocks_per_primary.unwrap_or(1),
+        blocks_per_secondary: blocks_per_secondary.unwrap_or(1),
+    };
+    g.validate().map_err(|e| Fail::Usage(sub, e.to_string()))
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Fail> {
+    let mut out = Out::new();
     match cli.cmd {
         Cmd::Create {
             store,
@@ -224,6 +264,12 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             blocks_per_secondary,
             seed,
         } => {
+            check_geometry(
+                "create",
+                primary_buckets,
+                blocks_per_primary,
+                blocks_per_secondary,
+            )?;
             let opts = CreateOptions {
                 expected_tags,
                 primary_buckets_per_half: primary_buckets,
@@ -235,16 +281,17 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let g = s.geometry();
             s.close()?;
             say!(
+                out,
                 "created {}: {} primary buckets per half of {} blocks, secondary buckets of {} blocks",
                 store.display(),
                 g.primary_buckets_per_half,
                 g.blocks_per_primary,
                 g.blocks_per_secondary
             );
-            Ok(ExitCode::SUCCESS)
+            finish(out, ExitCode::SUCCESS)
         }
-        Cmd::Insert(c) => change(c, true),
-        Cmd::Delete(c) => change(c, false),
+        Cmd::Insert(c) => change(c, Verb::new(true), out),
+        Cmd::Delete(c) => change(c, Verb::new(false), out),
         Cmd::Find {
             store,
             object,
@@ -256,26 +303,35 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let it = match (&object, &subject) {
                 (Some(o), _) => s.find_subjects(o, &relationship),
                 (None, Some(sub)) => s.find_objects(sub, &relationship),
-                (None, None) => return Err(Fail("give --object or --subject".into())),
+                (None, None) => {
+                    return Err(Fail::Usage("find", "give --object or --subject".into()))
+                }
             };
-            let mut out = BufWriter::new(io::stdout().lock());
             for r in it.take(limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize)) {
                 let v = r?;
-                if !emit(&mut out, &tsv::escape(&v))? {
-                    return Ok(ExitCode::SUCCESS);
+                if !say!(out, "{}", tsv::escape(&v)) {
+                    break;
                 }
             }
-            finish(out)
+            finish(out, ExitCode::SUCCESS)
         }
         Cmd::Export { store } => {
             let s = Store::open_read_only(&store)?;
-            let mut out = BufWriter::new(io::stdout().lock());
-            for t in s.tags() {
-                if !emit(&mut out, &tsv::format_tag(&t?))? {
-                    return Ok(ExitCode::SUCCESS);
+            for (i, t) in s.tags().enumerate() {
+                let line = tsv::format_tag(&t?);
+                // A load drops a byte order mark at the start of its input:
+                // write one ahead of a first tag that starts with U+FEFF, so
+                // export then `insert --file` still round-trips it.
+                let bom = if i == 0 && line.starts_with(tsv::BOM) {
+                    tsv::BOM
+                } else {
+                    ""
+                };
+                if !say!(out, "{bom}{line}") {
+                    break;
                 }
             }
-            finish(out)
+            finish(out, ExitCode::SUCCESS)
         }
         Cmd::Count {
             store,
@@ -283,8 +339,8 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             relationship,
         } => {
             let s = Store::open_read_only(&store)?;
-            say!("{}", s.count(&subject, &relationship)?);
-            Ok(ExitCode::SUCCESS)
+            say!(out, "{}", s.count(&subject, &relationship)?);
+            finish(out, ExitCode::SUCCESS)
         }
         Cmd::Cloud {
             store,
@@ -295,25 +351,33 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let s = Store::open_read_only(&store)?;
             let cloud = s.cloud(&relationship, top)?;
             if json {
-                let j = serde_json::to_string_pretty(&cloud).map_err(|e| Fail(e.to_string()))?;
-                say!("{j}");
+                let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
+                say!(out, "{j}");
             } else {
                 for e in &cloud {
-                    say!("{}\t{}\t{:.2}", tsv::escape(&e.subject), e.count, e.weight);
+                    if !say!(
+                        out,
+                        "{}\t{}\t{:.2}",
+                        tsv::escape(&e.subject),
+                        e.count,
+                        e.weight
+                    ) {
+                        break;
+                    }
                 }
             }
-            Ok(ExitCode::SUCCESS)
+            finish(out, ExitCode::SUCCESS)
         }
         Cmd::Stats { store, json } => {
             let s = Store::open_read_only(&store)?;
             let st = s.stats()?;
             if json {
-                let j = serde_json::to_string_pretty(&st).map_err(|e| Fail(e.to_string()))?;
-                say!("{j}");
+                let j = serde_json::to_string_pretty(&st).map_err(|e| e.to_string())?;
+                say!(out, "{j}");
             } else {
-                print_stats(&st);
+                print_stats(&mut out, &st);
             }
-            Ok(ExitCode::SUCCESS)
+            finish(out, ExitCode::SUCCESS)
         }
         Cmd::Maintain {
             store,
@@ -323,12 +387,18 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             blocks_per_secondary,
             json,
         } => {
+            check_geometry(
+                "maintain",
+                primary_buckets,
+                blocks_per_primary,
+                blocks_per_secondary,
+            )?;
             let cur = Store::open_read_only(&store)?.geometry();
             let bp = blocks_per_primary.unwrap_or(cur.blocks_per_primary);
             let bs = blocks_per_secondary.unwrap_or(cur.blocks_per_secondary);
             let mut g = match expected_tags {
-                Some(n) => tagstore::Geometry::sized(n, bp, bs),
-                None => tagstore::Geometry {
+                Some(n) => Geometry::sized(n, bp, bs),
+                None => Geometry {
                     blocks_per_primary: bp,
                     blocks_per_secondary: bs,
                     ..cur
@@ -337,11 +407,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             if let Some(p) = primary_buckets {
                 g.primary_buckets_per_half = p;
             }
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-            bar.set_style(
-                ProgressStyle::with_template("{bar:40} {pos}/{len} tags copied ({eta} left)")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
+            let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
             let opts = tagstore::MaintainOptions {
                 geometry: (g != cur).then_some(g),
             };
@@ -352,24 +418,25 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             bar.finish_and_clear();
             let r = r?;
             if json {
-                let j = serde_json::to_string_pretty(&r).map_err(|e| Fail(e.to_string()))?;
-                say!("{j}");
+                let j = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+                say!(out, "{j}");
             } else {
-                print_maintain(&r);
+                print_maintain(&mut out, &r);
             }
-            Ok(ExitCode::SUCCESS)
+            finish(out, ExitCode::SUCCESS)
         }
         Cmd::Check { store, json } => {
             let s = Store::open_read_only(&store)?;
             let r = s.check()?;
             if json {
-                let j = serde_json::to_string_pretty(&r).map_err(|e| Fail(e.to_string()))?;
-                say!("{j}");
+                let j = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+                say!(out, "{j}");
             } else {
                 for f in &r.faults {
-                    say!("fault: {f}");
+                    say!(out, "fault: {f}");
                 }
                 say!(
+                    out,
                     "{}: {} blocks checked, {} tags, {} faults",
                     store.display(),
                     r.blocks_checked,
@@ -377,192 +444,124 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                     r.faults.len()
                 );
             }
-            Ok(if r.ok() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            finish(
+                out,
+                if r.ok() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                },
+            )
         }
     }
 }
 
-/// Writes one line; false when the reader went away (e.g. `| head`).
-fn emit(out: &mut impl Write, line: &str) -> Result<bool, Fail> {
-    match writeln!(out, "{line}") {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn finish(mut out: impl Write) -> Result<ExitCode, Fail> {
-    match out.flush() {
-        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(ExitCode::SUCCESS),
-    }
-}
-
-fn change(c: Change, insert: bool) -> Result<ExitCode, Fail> {
-    let store = Store::open(&c.store)?;
-    store.set_durability(c.durability.into())?;
-    let Some(file) = c.file else {
-        let (Some(o), Some(r), Some(s)) = (c.object, c.relationship, c.subject) else {
-            return Err(Fail(
+/// `insert`/`delete` of one tag or of a `--file`.
+fn change(c: Change, verb: Verb, out: Out) -> Result<ExitCode, Fail> {
+    let sub = if verb.is_insert() { "insert" } else { "delete" };
+    // Checked before the store is opened (clap checks the same; this is the backstop).
+    let input = match (c.file, c.object, c.relationship, c.subject) {
+        (Some(file), None, None, None) => Ok(file),
+        (None, Some(o), Some(r), Some(s)) => Err(Tag::new(o, r, s)),
+        _ => {
+            return Err(Fail::Usage(
+                sub,
                 "give OBJECT RELATIONSHIP SUBJECT, or --file FILE".into(),
-            ));
-        };
-        let t = Tag::new(o, r, s);
-        let changed = if insert {
-            store.insert(&t)?
-        } else {
-            store.delete(&t)?
-        };
-        store.close()?;
-        say!(
-            "{}",
-            match (insert, changed) {
-                (true, true) => "inserted",
-                (true, false) => "already present",
-                (false, true) => "deleted",
-                (false, false) => "not present",
-            }
-        );
-        return Ok(ExitCode::SUCCESS);
+            ))
+        }
     };
-    let result = load(&store, &file, insert);
-    // Whatever happened, everything applied so far is kept and the store closed cleanly.
-    let closed = store.close();
-    let summary = result?;
-    closed?;
-    let secs = summary.started.elapsed().as_secs_f64();
-    say!(
-        "{} in {secs:.2} s ({:.0} lines/s, including the final flush)",
-        summary.text,
-        summary.lines as f64 / secs.max(1e-9)
-    );
+    let store = Store::open(&c.store)?;
+    if let Err(e) = store.set_durability(c.durability.into()) {
+        let _ = store.close();
+        return Err(e.into());
+    }
+    match input {
+        Err(tag) => change_one(store, &c.store, &tag, verb, out),
+        Ok(file) => change_file(store, &c.store, &file, verb, out),
+    }
+}
+
+/// Inserts or deletes one tag and says which.
+fn change_one(
+    store: Store,
+    path: &Path,
+    tag: &Tag,
+    verb: Verb,
+    mut out: Out,
+) -> Result<ExitCode, Fail> {
+    let changed = if verb.is_insert() {
+        store.insert(tag)
+    } else {
+        store.delete(tag)
+    };
+    let word = match (verb.is_insert(), changed) {
+        (_, Err(e)) => {
+            // Close cleanly anyway; the tag's own error is the one to report.
+            let _ = store.close();
+            return Err(e.into());
+        }
+        (true, Ok(true)) => "inserted",
+        (true, Ok(false)) => "already present",
+        (false, Ok(true)) => "deleted",
+        (false, Ok(false)) => "not present",
+    };
+    if let Err(e) = store.close() {
+        return Err(Fail::Error(format!(
+            "{}: closing the store: {e}; the tag was {word} before it",
+            path.display()
+        )));
+    }
+    say!(out, "{word}");
+    out.finish()
+        .map_err(|e| format!("{e} (the tag was {word})"))?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn open_input(file: &Path) -> Result<(Box<dyn Read>, Option<u64>), Fail> {
-    if file.as_os_str() == "-" {
-        return Ok((Box::new(io::stdin().lock()), None));
-    }
-    let f = File::open(file).map_err(|e| Fail(format!("{}: {e}", file.display())))?;
-    let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
-    Ok((Box::new(f), len))
-}
-
-/// Applies a TSV file; returns the summary line or an error naming the line.
-fn load(store: &Store, file: &Path, insert: bool) -> Result<Summary, Fail> {
-    const CHUNK: usize = 4096;
-    let (input, total) = open_input(file)?;
-    let mut reader = BufReader::with_capacity(1 << 20, input);
-    let bar = match total {
-        Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()).with_style(
-            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg} ({eta} left)")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        ),
-        None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr()),
-    };
+/// Applies a TSV file; on any failure says exactly what was applied before it.
+fn change_file(
+    store: Store,
+    path: &Path,
+    file: &Path,
+    verb: Verb,
+    mut out: Out,
+) -> Result<ExitCode, Fail> {
     let started = Instant::now();
-    let (mut changed, mut unchanged) = (0u64, 0u64);
-    let mut chunk: Vec<Tag> = Vec::with_capacity(CHUNK);
-    let mut chunk_lines: Vec<u64> = Vec::with_capacity(CHUNK);
-    let mut line_no = 0u64;
-    let mut buf = Vec::new();
-    let verb = if insert { "inserted" } else { "deleted" };
-    let apply = |chunk: &mut Vec<Tag>,
-                 lines: &mut Vec<u64>,
-                 changed: &mut u64,
-                 unchanged: &mut u64|
-     -> Result<(), Fail> {
-        let (out, r) = if insert {
-            store.insert_batch(chunk.iter())
-        } else {
-            store.delete_batch(chunk.iter())
-        };
-        *changed += out.changed;
-        *unchanged += out.unchanged;
-        if let Err(e) = r {
-            let at = (out.changed + out.unchanged) as usize;
-            let line = lines.get(at).copied().unwrap_or(0);
-            return Err(Fail(format!(
-                "{}: line {line}: {e}; {} tags {verb} before it ({} already {}) and kept",
-                file.display(),
-                *changed,
-                *unchanged,
-                if insert { "present" } else { "absent" }
-            )));
-        }
-        if store.durability() == Durability::OnSync {
-            store.sync()?;
-        }
-        chunk.clear();
-        lines.clear();
-        Ok(())
-    };
-    loop {
-        buf.clear();
-        let n = reader.read_until(b'\n', &mut buf).map_err(|e| {
-            Fail(format!(
-                "{}: reading line {}: {e}",
-                file.display(),
-                line_no + 1
-            ))
-        })?;
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
-        bar.inc(n as u64);
-        if buf.last() == Some(&b'\n') {
-            buf.pop();
-        }
-        let parsed = std::str::from_utf8(&buf)
-            .map_err(|_| "line is not valid UTF-8".to_string())
-            .and_then(tsv::parse_line);
-        match parsed {
-            Ok(t) => {
-                chunk.push(t);
-                chunk_lines.push(line_no);
-            }
-            Err(m) => {
-                apply(&mut chunk, &mut chunk_lines, &mut changed, &mut unchanged)?;
-                bar.finish_and_clear();
-                return Err(Fail(format!(
-                    "{}: line {line_no}: {m}; {changed} tags {verb} before it ({unchanged} already {}) and kept",
-                    file.display(),
-                    if insert { "present" } else { "absent" }
-                )));
-            }
-        }
-        if chunk.len() == CHUNK {
-            apply(&mut chunk, &mut chunk_lines, &mut changed, &mut unchanged)?;
-            bar.set_message(format!("{} tags", changed + unchanged));
+    let mut tally = Tally::default();
+    let loaded = load::load(&store, file, verb, &mut tally);
+    // Whatever happened, close: what was applied is kept if it can be.
+    let closed = store.close();
+    let applied = tally.before_error(verb);
+    let lines = tally.lines;
+    match (loaded, closed) {
+        (Err(m), Ok(())) => Err(Fail::Error(format!("{m}; {applied} and kept"))),
+        (Err(m), Err(e)) => Err(Fail::Error(format!(
+            "{m}; {applied}, {lines} lines read, were applied, but closing the store \
+             then failed too: {e} (the next open recovers it)"
+        ))),
+        (Ok(()), Err(e)) => Err(Fail::Error(format!(
+            "{}: closing the store: {e}; {applied}, {lines} lines read, were applied, \
+             but the store was not closed cleanly (the next open recovers it)",
+            path.display()
+        ))),
+        (Ok(()), Ok(())) => {
+            let secs = started.elapsed().as_secs_f64();
+            let summary = format!(
+                "{} in {secs:.2} s ({:.0} lines/s, including the final flush)",
+                tally.summary(verb),
+                lines as f64 / secs.max(1e-9)
+            );
+            say!(out, "{summary}");
+            out.finish()
+                .map_err(|e| format!("{e}; the load itself succeeded: {summary}"))?;
+            Ok(ExitCode::SUCCESS)
         }
     }
-    apply(&mut chunk, &mut chunk_lines, &mut changed, &mut unchanged)?;
-    bar.finish_and_clear();
-    Ok(Summary {
-        text: format!(
-            "{verb} {changed} tags ({unchanged} already {}) from {line_no} lines",
-            if insert { "present" } else { "absent" },
-        ),
-        lines: line_no,
-        started,
-    })
 }
 
-/// What a `--file` load did, printed once the store is closed (durable).
-struct Summary {
-    text: String,
-    lines: u64,
-    started: Instant,
-}
-
-fn print_maintain(r: &tagstore::MaintainReport) {
+/// The before/after table of `maintain`.
+fn print_maintain(out: &mut Out, r: &tagstore::MaintainReport) {
     let (b, a) = (&r.before, &r.after);
-    say!("{:<26}{:>16}{:>16}", "", "before", "after");
+    say!(out, "{:<26}{:>16}{:>16}", "", "before", "after");
     let rows: [(&str, u64, u64); 7] = [
         ("tags", b.tags, a.tags),
         ("primary buckets", b.primary_buckets, a.primary_buckets),
@@ -577,19 +576,22 @@ fn print_maintain(r: &tagstore::MaintainReport) {
         ("allocated bytes", b.allocated_bytes, a.allocated_bytes),
     ];
     for (name, x, y) in rows {
-        say!("{name:<26}{x:>16}{y:>16}");
+        say!(out, "{name:<26}{x:>16}{y:>16}");
     }
-    say!("took {:.2} s", r.seconds);
+    say!(out, "took {:.2} s", r.seconds);
 }
 
-fn print_stats(s: &tagstore::Stats) {
+/// The text form of `stats`.
+fn print_stats(out: &mut Out, s: &tagstore::Stats) {
     let g = &s.geometry;
-    say!("tags                     {}", s.tags);
+    say!(out, "tags                     {}", s.tags);
     say!(
+        out,
         "geometry                 {} primary buckets per half x {} blocks; secondary buckets of {} blocks",
         g.primary_buckets_per_half, g.blocks_per_primary, g.blocks_per_secondary
     );
     say!(
+        out,
         "primary buckets          {} ({} used, {} full, fill {:.1}%)",
         s.primary_buckets,
         s.primary_buckets_used,
@@ -597,6 +599,7 @@ fn print_stats(s: &tagstore::Stats) {
         s.primary_fill * 100.0
     );
     say!(
+        out,
         "tags per primary bucket  mean {:.2}, stddev {:.2} (uniform hash ideal {:.2}), max {}",
         s.load_mean,
         s.load_stddev,
@@ -604,24 +607,27 @@ fn print_stats(s: &tagstore::Stats) {
         s.load_max
     );
     say!(
+        out,
         "secondary buckets        {} ({} linked, {} free)",
         s.secondary_buckets,
         s.secondary_linked,
         s.secondary_free
     );
     say!(
+        out,
         "chains                   {} primary buckets with overflow, longest {} secondary buckets",
         s.chains,
         s.longest_chain
     );
-    say!("holes                    {}", s.holes);
+    say!(out, "holes                    {}", s.holes);
     say!(
+        out,
         "file                     {} bytes ({} allocated, {:.0} bytes per tag)",
         s.file_bytes,
         s.allocated_bytes,
         s.allocated_bytes_per_tag
     );
     for a in &s.advice {
-        say!("advice                   {a}");
+        say!(out, "advice                   {a}");
     }
 }

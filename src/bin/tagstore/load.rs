@@ -1,0 +1,197 @@
+//! `insert --file` and `delete --file`: apply a TSV file in chunks, and
+//! whatever stops the load (bad input, a full disk, an error closing the
+//! store) report exactly how many tags were applied before it.
+
+use crate::progress;
+use indicatif::{ProgressBar, ProgressDrawTarget};
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+use tagstore::tsv::{self, LineError, LineReader, MAX_LINE_BYTES};
+use tagstore::{Durability, Store, Tag, MAX_TAG_BYTES};
+
+/// Tags applied per library batch (and per sync in `on-sync` mode).
+const CHUNK: usize = 4096;
+
+/// What a load has applied so far.
+#[derive(Default)]
+pub struct Tally {
+    /// Tags that changed the store.
+    pub changed: u64,
+    /// Tags already present (insert) or absent (delete).
+    pub unchanged: u64,
+    /// Lines read.
+    pub lines: u64,
+}
+
+/// The words of a message about an insert or a delete load.
+#[derive(Clone, Copy)]
+pub struct Verb {
+    insert: bool,
+}
+
+impl Verb {
+    /// For `insert` (true) or `delete` (false).
+    pub fn new(insert: bool) -> Self {
+        Verb { insert }
+    }
+
+    /// True for `insert`.
+    pub fn is_insert(self) -> bool {
+        self.insert
+    }
+
+    /// "inserted" or "deleted".
+    pub fn done(self) -> &'static str {
+        if self.insert {
+            "inserted"
+        } else {
+            "deleted"
+        }
+    }
+
+    /// "present" or "absent": the state of an unchanged tag.
+    pub fn already(self) -> &'static str {
+        if self.insert {
+            "present"
+        } else {
+            "absent"
+        }
+    }
+}
+
+impl Tally {
+    /// "N tags deleted before it (M already absent)": what an error interrupted.
+    pub fn before_error(&self, verb: Verb) -> String {
+        format!(
+            "{} tags {} before it ({} already {})",
+            self.changed,
+            verb.done(),
+            self.unchanged,
+            verb.already()
+        )
+    }
+
+    /// "deleted N tags (M already absent) from L lines": a finished load.
+    pub fn summary(&self, verb: Verb) -> String {
+        format!(
+            "{} {} tags ({} already {}) from {} lines",
+            verb.done(),
+            self.changed,
+            self.unchanged,
+            verb.already(),
+            self.lines
+        )
+    }
+}
+
+/// Opens the input; also its size when it is a regular file (for the bar).
+fn open_input(file: &Path) -> Result<(Box<dyn Read>, Option<u64>), String> {
+    if file.as_os_str() == "-" {
+        return Ok((Box::new(io::stdin().lock()), None));
+    }
+    let f = File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let len = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+    Ok((Box::new(f), len))
+}
+
+/// Applies a TSV file to an open store, counting into `tally`.
+///
+/// On error returns the message up to the count: the caller adds
+/// [`Tally::before_error`], which stays exact whatever failed.
+pub fn load(store: &Store, file: &Path, verb: Verb, tally: &mut Tally) -> Result<(), String> {
+    let (input, total) = open_input(file)?;
+    let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, input));
+    let bar = match total {
+        Some(n) => progress::load_bar(ProgressDrawTarget::stderr(), n),
+        None => progress::stream_bar(ProgressDrawTarget::stderr()),
+    };
+    let r = read_and_apply(store, file, verb, tally, &mut reader, &bar);
+    bar.finish_and_clear();
+    r
+}
+
+fn read_and_apply<R: io::BufRead>(
+    store: &Store,
+    file: &Path,
+    verb: Verb,
+    tally: &mut Tally,
+    reader: &mut LineReader<R>,
+    bar: &ProgressBar,
+) -> Result<(), String> {
+    let name = file.display();
+    let mut chunk: Vec<Tag> = Vec::with_capacity(CHUNK);
+    let mut chunk_lines: Vec<u64> = Vec::with_capacity(CHUNK);
+    loop {
+        let step = match reader.next_line() {
+            Ok(None) => None,
+            Ok(Some(bytes)) => Some(
+                std::str::from_utf8(bytes)
+                    .map_err(|_| "line is not valid UTF-8".to_string())
+                    .and_then(tsv::parse_line),
+            ),
+            Err(LineError::TooLong) => Some(Err(format!(
+                "line is longer than {MAX_LINE_BYTES} bytes, more than any tag can need \
+                 ({MAX_TAG_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n); \
+                 the rest of it was not read"
+            ))),
+            Err(LineError::Io(e)) => Some(Err(format!("reading: {e}"))),
+        };
+        tally.lines = reader.line_no();
+        let Some(parsed) = step else { break };
+        match parsed {
+            Ok(t) => {
+                chunk.push(t);
+                chunk_lines.push(reader.line_no());
+            }
+            Err(m) => {
+                // The tags before the bad line are applied first, so the count is exact.
+                apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
+                return Err(format!("{name}: line {}: {m}", reader.line_no()));
+            }
+        }
+        bar.set_position(reader.bytes_read());
+        if chunk.len() == CHUNK {
+            apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
+        }
+    }
+    apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)
+}
+
+/// Applies a chunk and clears it; an error names the line it stopped at.
+fn apply(
+    store: &Store,
+    file: &Path,
+    verb: Verb,
+    chunk: &mut Vec<Tag>,
+    lines: &mut Vec<u64>,
+    tally: &mut Tally,
+) -> Result<(), String> {
+    if chunk.is_empty() {
+        return Ok(());
+    }
+    let (out, r) = if verb.is_insert() {
+        store.insert_batch(chunk.iter())
+    } else {
+        store.delete_batch(chunk.iter())
+    };
+    tally.changed += out.changed;
+    tally.unchanged += out.unchanged;
+    if let Err(e) = r {
+        let at = (out.changed + out.unchanged) as usize;
+        let line = lines.get(at).or(lines.last()).copied().unwrap_or(0);
+        return Err(format!("{}: line {line}: {e}", file.display()));
+    }
+    if store.durability() == Durability::OnSync {
+        if let Err(e) = store.sync() {
+            let line = lines.last().copied().unwrap_or(0);
+            return Err(format!(
+                "{}: syncing after line {line}: {e}",
+                file.display()
+            ));
+        }
+    }
+    chunk.clear();
+    lines.clear();
+    Ok(())
+}

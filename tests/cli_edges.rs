@@ -1,0 +1,687 @@
+//! Edge cases of the `tagstore` command line, through the real binary: a
+//! `--file` load that fails after applying changes (it must say what it
+//! applied), stdout on a full device (`/dev/full`), usage errors found by
+//! hand-validation (exit 2), TSV input edges (a byte order mark, blank
+//! lines, a line far longer than any tag), and the progress bar's text
+//! (its estimate and its width, drawn on a fake terminal).
+//!
+//! Like tests/cli.rs, these tests never open a store through the library,
+//! so no child process can inherit a locked store file from another test.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
+
+/// The progress bar's style and estimate, compiled in from the binary's source.
+#[allow(dead_code)]
+#[path = "../src/bin/tagstore/progress.rs"]
+mod progress;
+
+/// Runs the CLI with `stdin` and a chosen stdout; never accepts a panic or a signal.
+fn run_with<S: AsRef<OsStr>>(args: &[S], stdin: Option<&[u8]>, stdout: Option<Stdio>) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    run_cmd(cmd, args, stdin, stdout)
+}
+
+fn run_cmd<S: AsRef<OsStr>>(
+    mut cmd: Command,
+    args: &[S],
+    stdin: Option<&[u8]>,
+    stdout: Option<Stdio>,
+) -> Output {
+    let piped_out = stdout.is_none();
+    cmd.stdout(stdout.unwrap_or_else(Stdio::piped))
+        .stderr(Stdio::piped())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
+    let mut child = cmd.spawn().expect("spawn tagstore");
+    if let Some(data) = stdin {
+        let mut w = child.stdin.take().expect("stdin");
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            let _ = w.write_all(&data);
+        });
+    }
+    let out = child.wait_with_output().expect("wait");
+    let _ = piped_out;
+    check_no_panic(args, &out);
+    out
+}
+
+fn check_no_panic<S: AsRef<OsStr>>(args: &[S], out: &Output) {
+    let shown: Vec<String> = args
+        .iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    let e = stderr(out);
+    assert_ne!(
+        out.status.code(),
+        Some(101),
+        "tagstore {shown:?} panicked: {e}"
+    );
+    assert!(
+        out.status.code().is_some(),
+        "tagstore {shown:?} died by a signal: {:?}",
+        out.status
+    );
+    assert!(!e.contains("panicked"), "tagstore {shown:?} panicked: {e}");
+}
+
+fn run<S: AsRef<OsStr>>(args: &[S]) -> Output {
+    run_with(args, None, None)
+}
+
+fn run_in<S: AsRef<OsStr>>(args: &[S], stdin: &[u8]) -> Output {
+    run_with(args, Some(stdin), None)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: Output) -> Output {
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "expected success; stderr: {}",
+        stderr(&o)
+    );
+    o
+}
+
+/// Asserts exit 1 with an "error: " line mentioning each needle; returns stderr.
+fn fails(o: &Output, needles: &[&str]) -> String {
+    let e = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "expected exit 1, got {:?}; stderr: {e}",
+        o.status
+    );
+    assert!(
+        e.lines().any(|l| l.starts_with("error: ")),
+        "stderr lacks an \"error: \" line: {e:?}"
+    );
+    for n in needles {
+        assert!(e.contains(n), "stderr lacks {n:?}: {e}");
+    }
+    e
+}
+
+/// Asserts a usage error: exit 2 and an "error:" message mentioning each needle.
+fn usage(o: &Output, needles: &[&str]) {
+    let e = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "expected a usage error (exit 2), got {:?}; stderr: {e}",
+        o.status
+    );
+    assert!(e.contains("error:"), "stderr lacks \"error:\": {e}");
+    for n in needles {
+        assert!(e.contains(n), "stderr lacks {n:?}: {e}");
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+fn create_small(dir: &Path, name: &str) -> PathBuf {
+    let p = dir.join(name);
+    ok(run(&[
+        "create",
+        s(&p),
+        "--primary-buckets",
+        "8",
+        "--blocks-per-primary",
+        "1",
+        "--blocks-per-secondary",
+        "2",
+        "--seed",
+        "11",
+    ]));
+    p
+}
+
+/// The store's tags as exported TSV lines, sorted.
+fn export_lines(store: &Path) -> Vec<String> {
+    let mut v: Vec<String> = stdout(&ok(run(&["export", s(store)])))
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+/// `n` small distinct tags as TSV text.
+fn tags_tsv(prefix: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{prefix}{i}\tisa\tthing{}\n", i % 7))
+        .collect()
+}
+
+// --- Item 2: a failing --file command reports what it applied ------------------
+
+/// Runs the CLI with its file-size limit (RLIMIT_FSIZE) at `limit` bytes and
+/// SIGXFSZ ignored, so a write past `limit` fails with EFBIG, as a full disk
+/// fails with ENOSPC, instead of killing the process.
+fn run_size_limited(args: &[&str], limit: u64) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit as libc::rlim_t,
+                rlim_max: limit as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    run_cmd(cmd, args, None, None)
+}
+
+/// Case: `delete --file` whose store cannot be written when it closes (a
+/// full disk; here a file-size limit one byte below the store's size, so
+/// closing cannot append the table image). The deletes were applied, so
+/// the error must say how many, as it does for a bad line.
+#[test]
+fn delete_file_failing_at_close_reports_what_it_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "full.tags");
+    let p = s(&st);
+    let all = dir.path().join("all.tsv");
+    std::fs::write(&all, tags_tsv("t", 40)).expect("write");
+    ok(run(&["insert", p, "--file", s(&all)]));
+    // 25 present tags and 5 absent ones.
+    let del = dir.path().join("del.tsv");
+    let text = format!("{}{}", tags_tsv("t", 25), tags_tsv("absent", 5));
+    std::fs::write(&del, text).expect("write");
+    let size = std::fs::metadata(&st).expect("stat").len();
+    let o = run_size_limited(&["delete", p, "--file", s(&del)], size - 1);
+    fails(
+        &o,
+        &["25 tags deleted before it", "5 already absent", "30 lines"],
+    );
+    // What the message says was applied is what the store holds once recovered.
+    let left = export_lines(&st);
+    assert_eq!(left.len(), 15, "{left:?}");
+    assert!(left.iter().all(|l| {
+        let n: usize = l[1..l.find('\t').unwrap_or(1)].parse().unwrap_or(0);
+        n >= 25
+    }));
+    ok(run(&["check", p]));
+}
+
+/// Case: `insert --file` failing as the store closes reports its count too.
+#[test]
+fn insert_file_failing_at_close_reports_what_it_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "full.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "t0", "isa", "thing0"]));
+    let ins = dir.path().join("ins.tsv");
+    std::fs::write(&ins, tags_tsv("t", 12)).expect("write");
+    let size = std::fs::metadata(&st).expect("stat").len();
+    let o = run_size_limited(&["insert", p, "--file", s(&ins)], size - 1);
+    fails(
+        &o,
+        &[
+            "11 tags inserted before it",
+            "1 already present",
+            "12 lines",
+        ],
+    );
+    assert_eq!(export_lines(&st).len(), 12);
+    ok(run(&["check", p]));
+}
+
+/// Case: a bad line in the middle of a delete file (the library applies the
+/// deletes before it in one batch): the error counts exactly those.
+#[test]
+fn delete_file_bad_line_counts_applied_deletes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "bad.tags");
+    let p = s(&st);
+    ok(run_in(
+        &["insert", p, "--file", "-"],
+        tags_tsv("t", 20).as_bytes(),
+    ));
+    let input = format!(
+        "{}{}not a tag\n{}",
+        tags_tsv("t", 8),
+        tags_tsv("absent", 3),
+        tags_tsv("u", 4)
+    );
+    let o = run_in(&["delete", p, "--file", "-"], input.as_bytes());
+    fails(
+        &o,
+        &["line 12:", "8 tags deleted before it", "3 already absent"],
+    );
+    assert_eq!(export_lines(&st).len(), 12);
+}
+
+// --- Item 5: stdout on a full device ---------------------------------------------
+
+fn dev_full() -> Stdio {
+    Stdio::from(
+        File::options()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full"),
+    )
+}
+
+/// Case: every command with stdout on `/dev/full` must exit 1 with an
+/// `error:` naming stdout, not exit 0 having lost its output.
+#[test]
+fn full_stdout_is_an_error_for_every_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "out.tags");
+    let p = s(&st);
+    let tsv = dir.path().join("some.tsv");
+    std::fs::write(&tsv, tags_tsv("t", 30)).expect("write");
+    ok(run(&["insert", p, "--file", s(&tsv)]));
+    let more = dir.path().join("more.tsv");
+    std::fs::write(&more, tags_tsv("m", 3)).expect("write");
+    let created = dir.path().join("created.tags");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["create", s(&created)],
+        vec!["insert", p, "x", "isa", "y"],
+        vec!["delete", p, "x", "isa", "y"],
+        vec!["insert", p, "--file", s(&more)],
+        vec!["delete", p, "--file", s(&more)],
+        vec!["find", p, "--subject", "thing1", "--relationship", "isa"],
+        vec!["find", p, "--object", "t1", "--relationship", "isa"],
+        vec!["export", p],
+        vec!["count", p, "--subject", "thing1", "--relationship", "isa"],
+        vec!["cloud", p, "--relationship", "isa"],
+        vec!["cloud", p, "--relationship", "isa", "--json"],
+        vec!["stats", p],
+        vec!["stats", p, "--json"],
+        vec!["check", p],
+        vec!["check", p, "--json"],
+        vec!["maintain", p],
+        vec!["maintain", p, "--json"],
+    ];
+    for args in &cases {
+        let o = run_with(args, None, Some(dev_full()));
+        let e = stderr(&o);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "tagstore {args:?} > /dev/full: expected exit 1, got {:?}; stderr: {e}",
+            o.status
+        );
+        assert!(
+            e.contains("error: ") && e.contains("stdout") && e.contains("No space left"),
+            "tagstore {args:?} > /dev/full: unclear error: {e}"
+        );
+    }
+    // The load's summary is not lost: it goes with the error to stderr.
+    let o = run_with(&["insert", p, "--file", s(&more)], None, Some(dev_full()));
+    fails(&o, &["inserted 3 tags"]);
+    ok(run(&["check", p]));
+}
+
+// --- Item 8: hand-validated usage errors exit 2 ----------------------------------
+
+/// Case: a tag with missing positional arguments (`insert S a b`) is a usage
+/// error (exit 2), and the store is not touched.
+#[test]
+fn missing_positionals_are_usage_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "u.tags");
+    let p = s(&st);
+    for args in [
+        vec!["insert", p, "a", "b"],
+        vec!["insert", p, "a"],
+        vec!["delete", p, "a", "b"],
+        vec!["delete", p, "a"],
+    ] {
+        usage(&run(&args), &["SUBJECT"]);
+    }
+    // Even when the store does not exist: the arguments are checked first.
+    let missing = dir.path().join("missing.tags");
+    usage(&run(&["insert", s(&missing), "a", "b"]), &["SUBJECT"]);
+    assert!(!missing.exists());
+    assert!(export_lines(&st).is_empty());
+}
+
+/// Case: out-of-range geometry values (`--blocks-per-primary 0`, ...) for
+/// `create` and `maintain` are usage errors (exit 2) that name the value.
+#[test]
+fn bad_geometry_values_are_usage_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bad = dir.path().join("bad.tags");
+    let b = s(&bad);
+    for (flag, value, needle) in [
+        ("--blocks-per-primary", "0", "blocks per primary bucket"),
+        ("--blocks-per-secondary", "0", "blocks per secondary bucket"),
+        ("--primary-buckets", "0", "primary buckets per half"),
+        (
+            "--blocks-per-primary",
+            "4000000000",
+            "blocks per primary bucket",
+        ),
+        (
+            "--primary-buckets",
+            "4294967295",
+            "primary buckets per half",
+        ),
+    ] {
+        usage(
+            &run(&["create", b, flag, value]),
+            &[needle, "invalid argument"],
+        );
+        assert!(!bad.exists(), "a refused create left {b} behind");
+    }
+    let st = create_small(dir.path(), "m.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "a", "b", "c"]));
+    let before = std::fs::read(&st).expect("read");
+    usage(
+        &run(&["maintain", p, "--blocks-per-secondary", "0"]),
+        &["blocks per secondary bucket"],
+    );
+    usage(
+        &run(&["maintain", p, "--primary-buckets", "0"]),
+        &["primary buckets per half"],
+    );
+    assert_eq!(std::fs::read(&st).expect("read"), before);
+}
+
+// --- Item 11: TSV input edges ----------------------------------------------------
+
+/// Case: a UTF-8 byte order mark at the start of a TSV file (or stdin) is
+/// dropped, not stored as part of the first object.
+#[test]
+fn bom_at_start_of_file_is_dropped() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "bom.tags");
+    let p = s(&st);
+    let f = dir.path().join("bom.tsv");
+    std::fs::write(&f, "\u{feff}first\tisa\tone\r\nsecond\tisa\ttwo\r\n").expect("write");
+    ok(run(&["insert", p, "--file", s(&f)]));
+    assert_eq!(
+        export_lines(&st),
+        vec![
+            "first\tisa\tone".to_string(),
+            "second\tisa\ttwo".to_string()
+        ]
+    );
+    ok(run_in(
+        &["insert", p, "--file", "-"],
+        "\u{feff}third\tisa\tthree\n".as_bytes(),
+    ));
+    assert!(export_lines(&st).contains(&"third\tisa\tthree".to_string()));
+    // Only at the start: a U+FEFF later in the file is data.
+    ok(run_in(
+        &["insert", p, "--file", "-"],
+        "a\tb\tc\n\u{feff}x\ty\tz\n".as_bytes(),
+    ));
+    assert!(export_lines(&st).contains(&"\u{feff}x\ty\tz".to_string()));
+}
+
+/// Case: `export` then `insert --file` still round-trips a first tag whose
+/// object starts with U+FEFF (export writes a BOM ahead of it, which the
+/// load drops).
+#[test]
+fn object_starting_with_feff_round_trips() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "feff.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "\u{feff}lead", "isa", "odd"]));
+    let dump = ok(run(&["export", p])).stdout;
+    let copy = create_small(dir.path(), "copy.tags");
+    assert!(dump.starts_with("\u{feff}\u{feff}lead".as_bytes()));
+    ok(run_in(&["insert", s(&copy), "--file", "-"], &dump));
+    let found = ok(run(&[
+        "find",
+        s(&copy),
+        "--subject",
+        "odd",
+        "--relationship",
+        "isa",
+    ]));
+    assert_eq!(stdout(&found), "\u{feff}lead\n");
+    // Other exports are unchanged: no byte order mark.
+    ok(run(&["insert", s(&copy), "plain", "isa", "odd"]));
+    ok(run(&["delete", s(&copy), "\u{feff}lead", "isa", "odd"]));
+    assert_eq!(stdout(&ok(run(&["export", s(&copy)]))), "plain\tisa\todd\n");
+}
+
+/// Case: a blank line stops the load (the documented rule), with an error
+/// that says it is a blank line and counts the tags stored before it.
+#[test]
+fn blank_line_is_named_in_the_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, input) in ["a\tb\tc\n\nd\te\tf\n", "a\tb\tc\n\r\nd\te\tf\n"]
+        .iter()
+        .enumerate()
+    {
+        let st = create_small(dir.path(), &format!("blank{i}.tags"));
+        let p = s(&st);
+        let o = run_in(&["insert", p, "--file", "-"], input.as_bytes());
+        fails(&o, &["line 2:", "blank line", "1 tags inserted before it"]);
+        assert_eq!(export_lines(&st), vec!["a\tb\tc".to_string()]);
+    }
+}
+
+/// Case: the longest line a tag can need (156 bytes, every byte escaped to 2
+/// characters, 2 tabs, `\r\n`: 316 bytes) loads; one byte more is refused as
+/// too long, naming the line and the limit.
+#[test]
+fn longest_possible_line_loads_and_one_more_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "long.tags");
+    let p = s(&st);
+    // 154 tabs, a newline and a carriage return: 156 bytes, 312 escaped.
+    let longest = format!("{}\t\\n\t\\r\r\n", "\\t".repeat(154));
+    assert_eq!(longest.len(), 316);
+    let o = ok(run_in(&["insert", p, "--file", "-"], longest.as_bytes()));
+    assert!(stdout(&o).starts_with("inserted 1 tags"), "{}", stdout(&o));
+    let too_long = format!("ok\tisa\tfine\n{}\t\\n\t\\rx\r\n", "\\t".repeat(154));
+    let o = run_in(&["insert", p, "--file", "-"], too_long.as_bytes());
+    fails(
+        &o,
+        &[
+            "line 2:",
+            "longer than 316 bytes",
+            "1 tags inserted before it",
+        ],
+    );
+}
+
+/// Case: a line of hundreds of megabytes is refused once it passes the
+/// longest possible tag line, without reading the rest of it: the load
+/// stops while most of a 64 MB line is still unread.
+#[test]
+fn huge_line_is_refused_without_reading_it_whole() {
+    const TOTAL: usize = 64 << 20;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = create_small(dir.path(), "huge.tags");
+    let p = s(&st);
+    let mut child = Command::new(BIN)
+        .args(["insert", p, "--file", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut w = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        let mut written = 0usize;
+        if w.write_all(b"a\tb\tc\n").is_err() {
+            return written;
+        }
+        let chunk = vec![b'x'; 64 << 10];
+        while written < TOTAL {
+            if w.write_all(&chunk).is_err() {
+                break;
+            }
+            written += chunk.len();
+        }
+        written
+    });
+    let out = child.wait_with_output().expect("wait");
+    let written = writer.join().expect("writer");
+    check_no_panic(&["insert", p, "--file", "-"], &out);
+    fails(
+        &out,
+        &[
+            "line 2:",
+            "longer than 316 bytes",
+            "1 tags inserted before it",
+        ],
+    );
+    assert!(
+        written < TOTAL / 4,
+        "the CLI read {written} bytes of a line it should refuse after 316"
+    );
+}
+
+// --- Item 12: the progress bar ---------------------------------------------------
+
+use std::time::Duration;
+
+/// Case: no estimate while too little is known (the "24m left" of a 16 s
+/// load); after a second and a few percent, an estimate from the mean rate.
+#[test]
+fn progress_estimate_waits_then_uses_the_mean_rate() {
+    let sec = Duration::from_secs;
+    let ms = Duration::from_millis;
+    // Nothing yet, or a burst at the start: no estimate.
+    assert_eq!(progress::eta(ms(0), 0, 1000), None);
+    assert_eq!(progress::eta(ms(200), 500, 1000), None);
+    assert_eq!(progress::eta(sec(2), 1, 1000), None);
+    // A 16 s load, one second in at 1/16: 15 s left.
+    assert_eq!(progress::eta(sec(1), 1 << 20, 16 << 20), Some(sec(15)));
+    // A long load still gets an estimate once enough time has passed.
+    assert_eq!(progress::eta(sec(20), 10, 10_000), Some(sec(19_980)));
+    assert_eq!(progress::eta(sec(3), 1000, 1000), Some(sec(0)));
+    assert_eq!(progress::eta(sec(3), 10, 0), None);
+    assert_eq!(progress::format_eta(Some(sec(15))), "15s left");
+    assert_eq!(progress::format_eta(Some(sec(125))), "2m 05s left");
+    assert_eq!(
+        progress::format_eta(Some(sec(3 * 3600 + 60))),
+        "3h 01m left"
+    );
+    assert_eq!(progress::format_eta(None), "");
+}
+
+/// A terminal of a given width that records every line drawn on it.
+#[derive(Debug)]
+struct FakeTerm {
+    width: u16,
+    drawn: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl indicatif::TermLike for FakeTerm {
+    fn width(&self) -> u16 {
+        self.width
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write_str(s)
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        if !s.is_empty() {
+            if let Ok(mut d) = self.drawn.lock() {
+                d.push(s.to_string());
+            }
+        }
+        Ok(())
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Makes a progress bar of a given length on a draw target.
+type MakeBar = fn(indicatif::ProgressDrawTarget, u64) -> indicatif::ProgressBar;
+
+/// Draws `bar` (made by `make` for a terminal) at a few positions on fake
+/// terminals of several widths; returns every line drawn, by width.
+fn draw_on_widths(make: MakeBar, len: u64) -> Vec<(u16, Vec<String>)> {
+    let mut all = Vec::new();
+    for width in [40u16, 60, 80, 120, 200] {
+        let drawn = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let term = FakeTerm {
+            width,
+            drawn: drawn.clone(),
+        };
+        let bar = make(
+            indicatif::ProgressDrawTarget::term_like(Box::new(term)),
+            len,
+        );
+        for pos in [0, len / 100, len / 3, len - 1, len] {
+            bar.set_position(pos);
+            bar.set_message(format!("{pos} tags"));
+            bar.force_draw();
+        }
+        let lines = drawn.lock().map(|d| d.clone()).unwrap_or_default();
+        all.push((width, lines));
+    }
+    all
+}
+
+/// Case: the load and maintain bars fit the terminal's width (they used a
+/// fixed 40-column bar plus text, drawn past the edge of a narrow
+/// terminal) and show no estimate when they start.
+#[test]
+fn progress_bars_fit_the_terminal_width() {
+    let makers: [(&str, MakeBar); 2] = [
+        ("load", progress::load_bar),
+        ("maintain", progress::maintain_bar),
+    ];
+    for (name, make) in makers {
+        for (width, lines) in draw_on_widths(make, 300 << 20) {
+            assert!(!lines.is_empty(), "{name}: nothing drawn at width {width}");
+            for l in &lines {
+                let cols = l.chars().count();
+                assert!(
+                    cols <= width as usize,
+                    "{name}: a {cols}-column line on a {width}-column terminal: {l:?}"
+                );
+                assert!(
+                    !l.contains("left"),
+                    "{name}: an estimate at the start: {l:?}"
+                );
+            }
+        }
+    }
+}
