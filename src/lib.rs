@@ -47,7 +47,7 @@ pub mod tsv;
 
 pub use admin::{maintain_temp_path, CheckReport, MaintainOptions, MaintainReport, Stats};
 pub use counts::{counts_path, CloudEntry, Increment, IncrementId, MergeOutcome, AUTO_MERGE_KEYS};
-pub use engine::{BatchOutcome, CreateOptions, Find, Store, Tags};
+pub use engine::{BatchOutcome, CreateOptions, Find, OpenOptions, Store, Tags};
 pub use error::{Error, Result};
 pub use format::tag::{MAX_TAG_BYTES, SLOT_SIZE};
 pub use format::{Geometry, Half, Tag};

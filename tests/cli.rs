@@ -312,15 +312,13 @@ fn create_refuses_existing_path_and_bad_geometry() {
         "not a store\n"
     );
 
+    // A geometry value out of range is a usage error (exit 2).
     let bad = dir.path().join("bad.tags");
-    fails(
-        &run(&["create", s(&bad), "--blocks-per-primary", "0"]),
-        &["invalid argument"],
-    );
-    fails(
-        &run(&["create", s(&bad), "--primary-buckets", "0"]),
-        &["invalid argument"],
-    );
+    for args in [["--blocks-per-primary", "0"], ["--primary-buckets", "0"]] {
+        let o = run(&["create", s(&bad), args[0], args[1]]);
+        assert_eq!(o.status.code(), Some(2), "create {args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("invalid argument"));
+    }
     assert!(!bad.exists(), "a refused create left a file behind");
     let nodir = dir.path().join("no/such/dir/x.tags");
     fails(&run(&["create", s(&nodir)]), &[]);

@@ -290,9 +290,14 @@ fn maintain_checked(
     what: &str,
 ) -> tagstore::MaintainReport {
     let mut calls: Vec<(u64, u64)> = Vec::new();
-    let r = Store::maintain(path, &MaintainOptions { geometry }, |d, t| {
-        calls.push((d, t))
-    })
+    let r = Store::maintain(
+        path,
+        &MaintainOptions {
+            geometry,
+            ..Default::default()
+        },
+        |d, t| calls.push((d, t)),
+    )
     .unwrap_or_else(|e| panic!("{what}: maintain: {e}"));
     assert!(
         calls.iter().all(|&(_, t)| t == tags),
@@ -910,6 +915,7 @@ fn maintain_refuses_while_the_store_is_open() {
     );
     let rehash = MaintainOptions {
         geometry: Some(Geometry::for_expected_tags(50)),
+        ..Default::default()
     };
     expect_locked(
         Store::maintain(&path, &rehash, |_, _| {}),
@@ -1077,6 +1083,7 @@ fn refused_arguments_leave_the_store_untouched() {
             &path,
             &MaintainOptions {
                 geometry: Some(bad),
+                ..Default::default()
             },
             |_, _| {},
         ) {

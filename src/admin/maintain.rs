@@ -9,12 +9,13 @@
 
 use super::stats::Stats;
 use crate::counts::counts_path;
-use crate::engine::{CreateOptions, Store};
+use crate::engine::{CreateOptions, OpenOptions, Store};
 use crate::error::{Error, Result};
 use crate::format::{Geometry, Tag};
 use crate::side::{remove_if_present, resolve, side_path, sync_dir};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use std::time::Instant;
 
 /// What [`Store::maintain`] should change besides compacting.
@@ -22,6 +23,8 @@ use std::time::Instant;
 pub struct MaintainOptions {
     /// New geometry to re-hash into; `None` keeps the current one.
     pub geometry: Option<Geometry>,
+    /// Wait up to this long for a lock another process holds (`None`: fail at once).
+    pub wait: Option<Duration>,
 }
 
 /// Before/after summary of a maintenance run.
@@ -53,7 +56,13 @@ impl Store {
         let started = Instant::now();
         // Sizes as the file stood before this run (opening drops the table image).
         let meta_before = std::fs::metadata(path).ok();
-        let old = Store::open(path)?;
+        let old = Store::open_with_options(
+            path,
+            &OpenOptions {
+                read_only: false,
+                wait: options.wait,
+            },
+        )?;
         let mut before = old.stats()?;
         if let Some(m) = &meta_before {
             use std::os::unix::fs::MetadataExt;

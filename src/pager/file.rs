@@ -46,7 +46,8 @@ fn headroom(len: u64) -> u64 {
 /// Locks `file`; when another process holds it, retries for up to `wait`
 /// (none: fails at once with [`Error::Locked`]).
 fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Result<()> {
-    let deadline = wait.map(|w| Instant::now() + w);
+    // `Some(None)`: no limit (a wait too long to add to the clock).
+    let deadline = wait.map(|w| Instant::now().checked_add(w));
     let mut pause = Duration::from_millis(1);
     loop {
         let r = if exclusive {
@@ -59,12 +60,11 @@ fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Re
             Err(TryLockError::WouldBlock) => {
                 let now = Instant::now();
                 match deadline {
-                    Some(d) if now < d => {
-                        std::thread::sleep(pause.min(d - now));
-                        pause = (pause * 2).min(Duration::from_millis(50));
-                    }
+                    Some(Some(d)) if now < d => std::thread::sleep(pause.min(d - now)),
+                    Some(None) => std::thread::sleep(pause),
                     _ => return Err(Error::Locked(path.to_path_buf())),
                 }
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
             Err(TryLockError::Error(e)) => {
                 return Err(Error::io(format!("locking {}", path.display()), e))

@@ -12,7 +12,7 @@ use out::{say, Out};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tagstore::{tsv, CreateOptions, Durability, Error, Geometry, Store, Tag};
 
 #[derive(Parser)]
@@ -24,6 +24,29 @@ use tagstore::{tsv, CreateOptions, Durability, Error, Geometry, Store, Tag};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Wait for a store another process holds instead of failing at once:
+    /// up to SECONDS, or without limit when no value is given.
+    #[arg(long, global = true, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "inf")]
+    wait: Option<WaitArg>,
+}
+
+/// A `--wait` value: seconds (fractions allowed), or `inf`.
+#[derive(Clone, Copy, Debug)]
+struct WaitArg(Duration);
+
+impl std::str::FromStr for WaitArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "inf" {
+            return Ok(WaitArg(Duration::MAX));
+        }
+        s.parse::<f64>()
+            .ok()
+            .and_then(|x| Duration::try_from_secs_f64(x).ok())
+            .map(WaitArg)
+            .ok_or_else(|| format!("not a number of seconds: {s:?}"))
+    }
 }
 
 #[derive(Subcommand)]
@@ -210,8 +233,38 @@ impl From<String> for Fail {
     }
 }
 
+/// How long commands wait for a lock (`--wait`), set once from the command line.
+static WAIT: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+
+fn wait() -> Option<Duration> {
+    WAIT.get().copied().flatten()
+}
+
+/// Opens a store for reading, waiting for its lock as `--wait` says.
+fn open_ro(path: &std::path::Path) -> tagstore::Result<Store> {
+    Store::open_with_options(
+        path,
+        &tagstore::OpenOptions {
+            read_only: true,
+            wait: wait(),
+        },
+    )
+}
+
+/// Opens a store for writing, waiting for its lock as `--wait` says.
+fn open_rw(path: &std::path::Path) -> tagstore::Result<Store> {
+    Store::open_with_options(
+        path,
+        &tagstore::OpenOptions {
+            read_only: false,
+            wait: wait(),
+        },
+    )
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let _ = WAIT.set(cli.wait.map(|w| w.0));
     match run(cli) {
         Ok(code) => code,
         Err(Fail::Error(m)) => {
@@ -299,7 +352,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             relationship,
             limit,
         } => {
-            let s = Store::open_read_only(&store)?;
+            let s = open_ro(&store)?;
             let it = match (&object, &subject) {
                 (Some(o), _) => s.find_subjects(o, &relationship),
                 (None, Some(sub)) => s.find_objects(sub, &relationship),
@@ -316,7 +369,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Export { store } => {
-            let s = Store::open_read_only(&store)?;
+            let s = open_ro(&store)?;
             for (i, t) in s.tags().enumerate() {
                 let line = tsv::format_tag(&t?);
                 // A load drops a byte order mark at the start of its input:
@@ -338,7 +391,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             subject,
             relationship,
         } => {
-            let s = Store::open_read_only(&store)?;
+            let s = open_ro(&store)?;
             say!(out, "{}", s.count(&subject, &relationship)?);
             finish(out, ExitCode::SUCCESS)
         }
@@ -348,7 +401,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             top,
             json,
         } => {
-            let s = Store::open_read_only(&store)?;
+            let s = open_ro(&store)?;
             let cloud = s.cloud(&relationship, top)?;
             if json {
                 let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
@@ -369,7 +422,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Stats { store, json } => {
-            let s = Store::open_read_only(&store)?;
+            let s = open_ro(&store)?;
             let st = s.stats()?;
             if json {
                 let j = serde_json::to_string_pretty(&st).map_err(|e| e.to_string())?;
@@ -393,7 +446,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 blocks_per_primary,
                 blocks_per_secondary,
             )?;
-            let cur = Store::open_read_only(&store)?.geometry();
+            let cur = open_ro(&store)?.geometry();
             let bp = blocks_per_primary.unwrap_or(cur.blocks_per_primary);
             let bs = blocks_per_secondary.unwrap_or(cur.blocks_per_secondary);
             let mut g = match expected_tags {
@@ -410,6 +463,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
             let opts = tagstore::MaintainOptions {
                 geometry: (g != cur).then_some(g),
+                wait: wait(),
             };
             let r = Store::maintain(&store, &opts, |done, total| {
                 bar.set_length(total);
@@ -426,7 +480,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Check { store, json } => {
-            let s = Store::open_read_only(&store)?;
+            let s = open_ro(&store)?;
             let r = s.check()?;
             if json {
                 let j = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
@@ -434,6 +488,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             } else {
                 for f in &r.faults {
                     say!(out, "fault: {f}");
+                }
+                for n in &r.notes {
+                    say!(out, "note: {n}");
                 }
                 say!(
                     out,
@@ -470,7 +527,7 @@ fn change(c: Change, verb: Verb, out: Out) -> Result<ExitCode, Fail> {
             ))
         }
     };
-    let store = Store::open(&c.store)?;
+    let store = open_rw(&c.store)?;
     if let Err(e) = store.set_durability(c.durability.into()) {
         let _ = store.close();
         return Err(e.into());
