@@ -1098,7 +1098,8 @@ fn refused_arguments_leave_the_store_untouched() {
         "--primary-buckets",
         "0",
     ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    // A geometry value out of range is a usage error.
+    assert_eq!(out.status.code(), Some(2), "{}", stderr_of(&out));
     assert!(
         stderr_of(&out).starts_with("error: "),
         "{}",

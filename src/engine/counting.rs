@@ -82,6 +82,13 @@ impl Store {
             .ok_or_else(|| Error::corrupt("counts failed to load"))
     }
 
+    /// True unless the loaded counts hold other writers' increments.
+    pub(crate) fn counts_own_only(&self) -> bool {
+        self.counts_lock()
+            .as_ref()
+            .is_none_or(|l| l.counts.own_only)
+    }
+
     fn counts_lock(&self) -> std::sync::MutexGuard<'_, Option<Loaded>> {
         self.counts.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -22,7 +22,9 @@ use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
 use crate::format::{Geometry, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
 use crate::index::{Index, Tables};
-use crate::pager::{journal_images, journal_pending, replay_journal, MappedFile, Pager};
+use crate::pager::{
+    is_no_space, journal_images, journal_pending, replay_journal, MappedFile, Pager,
+};
 use crate::side::{remove_if_present, resolve, temporaries};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -291,7 +293,13 @@ impl Store {
     /// Shuts down cleanly: merges pending counts, flushes, persists the
     /// tables, marks the file clean.
     pub fn close(self) -> Result<()> {
-        self.finish_counts()?;
+        if let Err(e) = self.finish_counts() {
+            // Counts of this store's own tags that miss a merge are rebuilt
+            // from the tags on next use: a full disk must not fail the close.
+            if !(is_no_space(&e) && self.counts_own_only()) {
+                return Err(e);
+            }
+        }
         self.lock().close()
     }
 

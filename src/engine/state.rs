@@ -4,7 +4,7 @@ use crate::counts::Feed;
 use crate::error::Result;
 use crate::format::{Superblock, FLAG_CLEAN, NONE};
 use crate::index::Index;
-use crate::pager::{Durability, Pager};
+use crate::pager::{is_no_space, Durability, Pager};
 
 /// Everything an open store guards with its read-write lock.
 pub(crate) struct State {
@@ -103,7 +103,17 @@ impl State {
         closing.table_len = 0;
         closing.table_crc = 0;
         self.pager.write_superblock(&closing)?;
-        self.pager.file().write_at(off, &img)?;
+        if let Err(e) = self.pager.file().write_at(off, &img) {
+            if !is_no_space(&e) {
+                return Err(e);
+            }
+            // No room for the table image, which only saves the next open a
+            // scan: the blocks are durable and the superblock says where
+            // they end, so the store opens as after a crash (tables rebuilt).
+            self.pager.set_len(off)?;
+            self.closed = true;
+            return self.pager.drop_journal();
+        }
         self.pager.file().flush()?;
         let mut sb = self.sb.clone();
         sb.flags |= FLAG_CLEAN;

@@ -25,6 +25,48 @@ pub struct MappedFile {
     /// On tmpfs even *reading* a hole through a shared map needs a free page
     /// (SIGBUS when full), so there the whole file is backed up front.
     tmpfs: bool,
+    /// On tmpfs, when the whole file could not be backed (the disk is full,
+    /// or the file is open read-only): one bit per block lying in a hole.
+    /// Such a block reads as zeros without touching the map and is backed
+    /// before its first write, so a full tmpfs still serves reads and deletes.
+    holes: Option<Vec<u64>>,
+}
+
+/// True when `e` reports a full disk.
+pub fn is_no_space(e: &Error) -> bool {
+    matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
+}
+
+/// Blocks of `file` (`len` bytes) that lie wholly in holes, as a bitmap.
+fn scan_holes(file: &File, len: u64) -> Vec<u64> {
+    use std::os::fd::AsRawFd;
+    let bs = BLOCK_SIZE as u64;
+    let mut bits = vec![0u64; (len / bs).div_ceil(64) as usize];
+    let fd = file.as_raw_fd();
+    let mut off = 0u64;
+    while off < len {
+        // SAFETY: lseek on an fd we own; offsets are within the file.
+        let data = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_DATA) };
+        // No data from `off` on (ENXIO): a hole to the end.
+        let end = if data < 0 {
+            len
+        } else {
+            (data as u64).min(len)
+        };
+        for b in off.div_ceil(bs)..end / bs {
+            bits[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        if data < 0 {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
+        if hole <= data {
+            break;
+        }
+        off = hole as u64;
+    }
+    bits
 }
 
 fn on_tmpfs(file: &File) -> bool {
@@ -129,9 +171,20 @@ impl MappedFile {
             len,
             mapped,
             tmpfs,
+            holes: None,
         };
-        if writable && tmpfs {
-            f.reserve(0, len)?;
+        if tmpfs {
+            let backed = match writable {
+                true => match f.reserve(0, len) {
+                    Ok(()) => true,
+                    Err(e) if is_no_space(&e) => false,
+                    Err(e) => return Err(e),
+                },
+                false => false,
+            };
+            if !backed {
+                f.holes = Some(scan_holes(&f.file, len));
+            }
         }
         Ok(f)
     }
@@ -162,6 +215,7 @@ impl MappedFile {
                 len,
                 mapped,
                 tmpfs,
+                holes: None,
             };
             f.reserve(0, if tmpfs { len } else { 2 * BLOCK_SIZE as u64 })?;
             Ok(f)
@@ -239,8 +293,20 @@ impl MappedFile {
             .checked_mul(BLOCK_SIZE as u64)
             .filter(|s| s + BLOCK_SIZE as u64 <= self.len)
             .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        if self.in_hole(n) {
+            return Ok(&ZERO_BLOCK);
+        }
         let s = start as usize;
         Ok(&self.bytes()[s..s + BLOCK_SIZE])
+    }
+
+    /// True when block `n` is known to lie in a hole (see `holes`).
+    #[inline]
+    fn in_hole(&self, n: u64) -> bool {
+        self.holes.as_ref().is_some_and(|h| {
+            h.get((n / 64) as usize)
+                .is_some_and(|w| w & (1 << (n % 64)) != 0)
+        })
     }
 
     /// Block `n`, writable.
@@ -249,6 +315,9 @@ impl MappedFile {
             .checked_mul(BLOCK_SIZE as u64)
             .filter(|s| s + BLOCK_SIZE as u64 <= self.len)
             .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        if self.in_hole(n) {
+            self.reserve(start, BLOCK_SIZE as u64)?;
+        }
         let s = start as usize;
         Ok(&mut self.bytes_mut()?[s..s + BLOCK_SIZE])
     }
@@ -266,7 +335,17 @@ impl MappedFile {
             )
         };
         match rc {
-            0 => Ok(()),
+            0 => {
+                if let Some(h) = self.holes.as_mut() {
+                    let bs = BLOCK_SIZE as u64;
+                    for b in off / bs..(off + len).div_ceil(bs) {
+                        if let Some(w) = h.get_mut((b / 64) as usize) {
+                            *w &= !(1 << (b % 64));
+                        }
+                    }
+                }
+                Ok(())
+            }
             // Filesystems without fallocate: fall back to trusting the map.
             libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
             e => Err(Error::io(
@@ -297,6 +376,14 @@ impl MappedFile {
         }
         let old = self.len;
         self.len = len;
+        if let Some(h) = self.holes.as_mut() {
+            // New blocks are holes until backed (the reservation below clears them).
+            let bs = BLOCK_SIZE as u64;
+            h.resize((len / bs).div_ceil(64) as usize, 0);
+            for b in old.div_ceil(bs)..len / bs {
+                h[(b / 64) as usize] |= 1 << (b % 64);
+            }
+        }
         if self.tmpfs && len > old {
             self.reserve(old, len - old)?;
         }
@@ -312,7 +399,11 @@ impl MappedFile {
         use std::os::unix::fs::FileExt;
         static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
         if self.tmpfs {
-            return Ok(());
+            // The whole file is backed, unless the disk was full at open.
+            return match self.holes {
+                Some(_) => self.reserve(off, len),
+                None => Ok(()),
+            };
         }
         let mut at = off;
         while at < off + len {

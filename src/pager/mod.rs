@@ -16,7 +16,7 @@ mod write;
 #[cfg(feature = "test-hooks")]
 pub use commit::SyncPoint;
 pub use commit::{Durability, SyncHook};
-pub use file::{MappedFile, SeqReader};
+pub use file::{is_no_space, MappedFile, SeqReader};
 pub use journal::journal_path;
 pub use replay::{journal_images, journal_pending, replay_journal};
 pub use write::Identity;

@@ -1,0 +1,187 @@
+//! On a full disk a store still serves reads and deletes.
+//!
+//! Regression for: a sparse store (created on a disk filesystem, copied
+//! with `cp --sparse=always` onto a tmpfs) on a tmpfs with no space left.
+//! Opening it for a `delete` tried to back the whole file up front and
+//! failed with "reserving disk space: No space left on device", though a
+//! delete only frees slots; `find`, `check` and `export` failed the same
+//! way. Now the holes are found at open and read as zeros, a delete
+//! touches only blocks that hold data, and the close, which has no room
+//! for its table image, leaves the store to be rebuilt at the next open.
+//!
+//! Needs root to mount a small tmpfs; skipped with a message otherwise.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tagstore::{CreateOptions, Store, Tag};
+
+/// A tmpfs mounted for one test, unmounted on drop.
+struct Tmpfs {
+    dir: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: mounting a small tmpfs needs root");
+            return None;
+        }
+        std::fs::create_dir_all(dir).expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs {
+                dir: dir.to_path_buf(),
+            }),
+            Ok(o) => {
+                eprintln!(
+                    "SKIPPED: mount -t tmpfs failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+fn tag(i: usize) -> Tag {
+    Tag::new(format!("obj{i}"), "isa", format!("subj{}", i % 50))
+}
+
+/// A sparse store of `n` tags in `dir` (a disk filesystem), closed cleanly.
+fn sparse_store(dir: &Path, n: usize) -> PathBuf {
+    let p = dir.join("s.tags");
+    let s = Store::create(
+        &p,
+        &CreateOptions {
+            expected_tags: 20_000,
+            seed: Some(5),
+            ..Default::default()
+        },
+    )
+    .expect("create");
+    let tags: Vec<Tag> = (0..n).map(tag).collect();
+    let (_, r) = s.insert_batch(&tags);
+    r.expect("insert");
+    s.close().expect("close");
+    p
+}
+
+/// Fills the filesystem holding `dir` to the last byte.
+fn fill_up(dir: &Path) {
+    let mut f = std::fs::File::create(dir.join("fill-up")).expect("fill-up file");
+    let chunk = vec![0xCDu8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.flush();
+}
+
+/// Copies the store and its counts onto `to`, keeping holes.
+fn copy_sparse(from: &Path, to: &Path) -> PathBuf {
+    let out = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(tagstore::counts_path(from))
+        .arg(to)
+        .output()
+        .expect("cp");
+    assert!(out.status.success(), "cp: {:?}", out);
+    to.join("s.tags")
+}
+
+/// Library: read, delete and reopen a sparse store on a full tmpfs.
+#[test]
+fn library_deletes_and_reads_on_a_full_tmpfs() {
+    let disk = tempfile::tempdir().expect("tempdir");
+    let src = sparse_store(disk.path(), 3000);
+    let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "3m") else {
+        return;
+    };
+    let p = copy_sparse(&src, &fs.dir);
+    fill_up(&fs.dir);
+    {
+        let ro = Store::open_read_only(&p).expect("read-only open on a full disk");
+        assert_eq!(ro.len(), 3000);
+        let r = ro.check().expect("check");
+        assert!(r.ok(), "check on a full disk: {:?}", r.faults);
+    }
+    let s = Store::open(&p).expect("writable open on a full disk");
+    let gone: Vec<Tag> = (0..100).map(tag).collect();
+    let (out, r) = s.delete_batch(&gone);
+    r.expect("deletes on a full disk");
+    assert_eq!(out.changed, 100);
+    s.close().expect("close on a full disk");
+    let s = Store::open_read_only(&p).expect("reopen");
+    assert_eq!(s.len(), 2900);
+    for i in [0, 50, 99] {
+        assert!(!s.contains(&tag(i)).expect("contains"), "tag {i} deleted");
+    }
+    for i in [100, 1234, 2999] {
+        assert!(s.contains(&tag(i)).expect("contains"), "tag {i} kept");
+    }
+    let objects: Vec<String> = s
+        .find_objects("subj7", "isa")
+        .collect::<Result<_, _>>()
+        .expect("find");
+    assert_eq!(objects.len(), 58, "subj7 keeps its objects from 100 on");
+    assert!(s.check().expect("check").ok());
+    drop(s);
+    // A writable open after the close without a table image rebuilds.
+    let s = Store::open(&p).expect("writable reopen");
+    assert_eq!(s.len(), 2900);
+    assert_eq!(s.count("subj7", "isa").expect("count"), 58);
+}
+
+/// CLI: `delete --file`, `find`, `check` and `export` on a full tmpfs.
+#[test]
+fn cli_deletes_and_reads_on_a_full_tmpfs() {
+    let disk = tempfile::tempdir().expect("tempdir");
+    let src = sparse_store(disk.path(), 3000);
+    let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "3m") else {
+        return;
+    };
+    let p = copy_sparse(&src, &fs.dir);
+    fill_up(&fs.dir);
+    let bin = env!("CARGO_BIN_EXE_tagstore");
+    let del = disk.path().join("del.tsv");
+    let lines: String = (0..100)
+        .map(|i| format!("obj{i}\tisa\tsubj{}\n", i % 50))
+        .collect();
+    std::fs::write(&del, lines).expect("write");
+    let run = |args: &[&str]| Command::new(bin).args(args).output().expect("run");
+    let ps = p.to_str().expect("utf-8 path");
+    let o = run(&["delete", ps, "--file", del.to_str().expect("utf-8")]);
+    assert!(
+        o.status.success(),
+        "delete --file on a full disk: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("deleted 100 tags"));
+    let o = run(&["check", ps]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["export", ps]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2900);
+    let o = run(&["find", ps, "--subject", "subj7", "--relationship", "isa"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 58);
+}
