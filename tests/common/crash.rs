@@ -1,0 +1,1 @@
+//! Shared test helpers for crash, recovery and full-disk tests.

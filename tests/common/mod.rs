@@ -1,0 +1,7 @@
+//! Helpers shared by the integration tests (each test file is its own
+//! crate and includes this module with `mod common;`, using what it needs).
+#![allow(dead_code)]
+
+pub mod cli;
+pub mod crash;
+pub mod store;

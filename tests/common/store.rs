@@ -1,0 +1,1 @@
+//! Shared test helpers for building stores and comparing them with a model.
