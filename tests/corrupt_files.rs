@@ -11,6 +11,9 @@
 //! wrong answer); and a damaged persisted table image (open rebuilds the
 //! tables from the blocks and every tag is still found).
 
+mod common;
+
+use common::store::{rd32, rd64};
 use std::collections::{BTreeMap, BTreeSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -68,7 +71,8 @@ fn sample_tags() -> BTreeSet<Tag> {
 }
 
 /// A cleanly closed store holding `sample_tags()`.
-fn build_store(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>) {
+/// A closed store of the sample tags at `dir/name`: its path, its tags and its bytes.
+fn build_store(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>, Vec<u8>) {
     let path = dir.join(name);
     let tags = sample_tags();
     let s = Store::create(&path, &small_opts()).expect("create");
@@ -76,15 +80,10 @@ fn build_store(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>) {
         assert!(s.insert(t).expect("insert"), "{t:?} inserted twice");
     }
     s.close().expect("close");
-    (path, tags)
+    let bytes = std::fs::read(&path).expect("read");
+    (path, tags, bytes)
 }
 
-fn rd32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn rd64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
 
 /// Layout facts read straight from the superblock bytes.
 struct Layout {
@@ -297,8 +296,7 @@ fn foreign_files_are_not_stores() {
 #[test]
 fn newer_format_version_is_unsupported() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = build_store(dir.path(), "v.tags");
-    let orig = std::fs::read(&path).expect("read");
+    let (path, tags, orig) = build_store(dir.path(), "v.tags");
     for v in [2u32, 7, u32::MAX] {
         let mut img = orig.clone();
         img[SB_VERSION..SB_VERSION + 4].copy_from_slice(&v.to_le_bytes());
@@ -345,8 +343,7 @@ fn newer_format_version_is_unsupported() {
 #[test]
 fn truncated_store_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = build_store(dir.path(), "full.tags");
-    let orig = std::fs::read(&path).expect("read");
+    let (_path, tags, orig) = build_store(dir.path(), "full.tags");
     let lay = Layout::read(&orig);
     assert!(lay.secondary >= 2, "sample must use secondary buckets");
     let blocks_end = (lay.data_blocks() * BLOCK as u64) as usize;
@@ -432,8 +429,7 @@ fn truncated_store_is_an_error() {
 fn truncating_only_the_table_image_rebuilds() {
     // Losing (part of) the table image is not data loss: the blocks are intact.
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = build_store(dir.path(), "img.tags");
-    let orig = std::fs::read(&path).expect("read");
+    let (path, tags, orig) = build_store(dir.path(), "img.tags");
     let lay = Layout::read(&orig);
     let blocks_end = lay.table_offset as usize;
     for len in [blocks_end, blocks_end + 1, orig.len() - 1] {
@@ -453,8 +449,7 @@ fn truncating_only_the_table_image_rebuilds() {
 fn every_superblock_byte_flipped() {
     use std::os::unix::fs::FileExt;
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = build_store(dir.path(), "sb.tags");
-    let orig = std::fs::read(&path).expect("read");
+    let (path, tags, orig) = build_store(dir.path(), "sb.tags");
     let mut opened = 0;
     for off in 0..BLOCK {
         for mask in [0xFFu8, 0x01] {
@@ -570,7 +565,7 @@ fn block_offsets() -> Vec<usize> {
 /// errors that do not name the damaged block).
 fn damage_data_blocks(clean: bool) -> (Vec<String>, Vec<String>) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = build_store(dir.path(), "data.tags");
+    let (path, tags, _) = build_store(dir.path(), "data.tags");
     if !clean {
         // Leave the store as a crash would: no table image, not marked clean.
         let s = Store::open(&path).expect("open");
@@ -728,8 +723,7 @@ fn damaged_data_blocks_of_unclean_store_are_named() {
 #[test]
 fn damaged_table_image_falls_back_to_rebuild() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = build_store(dir.path(), "tables.tags");
-    let orig = std::fs::read(&path).expect("read");
+    let (path, tags, orig) = build_store(dir.path(), "tables.tags");
     let lay = Layout::read(&orig);
     let off = lay.table_offset as usize;
     let len = lay.table_len as usize;

@@ -20,6 +20,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+mod common;
+
+use common::store::{expect_locked, holds_write_lock};
 use tagstore::{CreateOptions, Error, Store, Tag};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
@@ -55,14 +58,6 @@ fn seeded_store(dir: &Path) -> (PathBuf, BTreeSet<Tag>) {
 fn contents(path: &Path) -> BTreeSet<Tag> {
     let s = Store::open_read_only(path).expect("open read-only");
     s.tags().collect::<Result<_, _>>().expect("tags")
-}
-
-fn expect_locked<T>(r: tagstore::Result<T>, path: &Path, what: &str) {
-    match r {
-        Err(Error::Locked(p)) => assert_eq!(p, path, "{what}: Locked names the path"),
-        Err(e) => panic!("{what}: expected Error::Locked, got {e:?}"),
-        Ok(_) => panic!("{what}: opened although the store is held"),
-    }
 }
 
 fn cli(args: &[&str]) -> Output {
@@ -193,25 +188,6 @@ fn two_readers_at_once() {
         tags.iter().filter(|t| t.subject == "s0").count()
     );
     drop((a, b, c));
-}
-
-/// True if /proc/locks shows process `pid` holding a write (exclusive) lock on `path`.
-///
-/// Probing with an open of our own would take a shared lock and could make
-/// the child's exclusive open fail, so the kernel's lock table is read instead.
-fn holds_write_lock(pid: u32, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let ino = std::fs::metadata(path).expect("stat").ino();
-    let locks = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
-    locks.lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123456 0 EOF"
-        f.len() >= 6
-            && f[1] == "FLOCK"
-            && f[3] == "WRITE"
-            && f[4] == pid.to_string()
-            && f[5].rsplit(':').next() == Some(ino.to_string().as_str())
-    })
 }
 
 /// Waits until the child holds the store's write lock.

@@ -62,6 +62,11 @@ use std::time::{Duration, Instant};
 use tagstore::maintain_temp_path as temp_path;
 use tagstore::testing::{bucket_of, key_hash};
 use tagstore::Half;
+mod common;
+
+use common::store::{
+    assert_check_ok, expect_locked, holds_write_lock, sorted_objects, sorted_subjects, Rng,
+};
 use tagstore::{
     journal_path, CreateOptions, Durability, Error, Geometry, MaintainOptions, Stats, Store, Tag,
     MAX_TAG_BYTES,
@@ -77,39 +82,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 }
 
 type Model = BTreeSet<Tag>;
-
-/// splitmix64: a small deterministic generator for bulk workload data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, permille: u32) -> bool {
-        self.below(1000) < permille as u64
-    }
-
-    /// Roughly Zipf(1) over `0..n`: index 0 is the most frequent.
-    fn zipf(&mut self, n: u64) -> u64 {
-        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
-        ((n as f64).powf(u) as u64).saturating_sub(1).min(n - 1)
-    }
-
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, self.below(i as u64 + 1) as usize);
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Verification helpers
@@ -166,36 +138,23 @@ fn assert_matches_model(store: &Store, model: &Model, keys: &Keys, what: &str) {
             .or_default()
             .push(&t.object);
     }
-    for (o, r) in &keys.objects {
-        let mut found: Vec<String> = store
-            .find_subjects(o, r)
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{what}: find_subjects({o:?}, {r:?}): {e}"));
-        found.sort();
-        let mut want = subjects_of
-            .get(&(o.as_str(), r.as_str()))
-            .cloned()
+    let want = |index: &BTreeMap<(&str, &str), Vec<&str>>, k: &str, r: &str| {
+        let mut w: Vec<String> = index
+            .get(&(k, r))
+            .map(|v| v.iter().map(|x| x.to_string()).collect())
             .unwrap_or_default();
-        want.sort();
-        assert_eq!(found, want, "{what}: FIND <{o}, {r}, *>");
+        w.sort();
+        w
+    };
+    for (o, r) in &keys.objects {
+        let found = sorted_subjects(store, o, r);
+        assert_eq!(found, want(&subjects_of, o, r), "{what}: FIND <{o}, {r}, *>");
     }
     for (s, r) in &keys.subjects {
-        let mut found: Vec<String> = store
-            .find_objects(s, r)
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| panic!("{what}: find_objects({s:?}, {r:?}): {e}"));
-        found.sort();
-        let mut want = objects_of
-            .get(&(s.as_str(), r.as_str()))
-            .cloned()
-            .unwrap_or_default();
-        want.sort();
-        assert_eq!(found, want, "{what}: FIND <*, {r}, {s}>");
+        let found = sorted_objects(store, s, r);
+        assert_eq!(found, want(&objects_of, s, r), "{what}: FIND <*, {r}, {s}>");
     }
-    let report = store
-        .check()
-        .unwrap_or_else(|e| panic!("{what}: check(): {e}"));
-    assert!(report.ok(), "{what}: check() faults: {:?}", report.faults);
+    assert_check_ok(store, what);
 }
 
 fn open_matches_model(path: &Path, model: &Model, keys: &Keys, what: &str) {
@@ -526,7 +485,7 @@ fn run_workload(w: &Workload) {
     // Heavy random deletes, plus tags that were never there.
     let mut doomed: Vec<Tag> = model
         .iter()
-        .filter(|_| rng.chance(w.delete_permille))
+        .filter(|_| rng.chance(w.delete_permille as u64))
         .cloned()
         .collect();
     doomed.extend((0..20).map(|i| Tag::new(format!("img{i}"), "isa", "never-inserted")));
@@ -860,14 +819,6 @@ fn compaction_does_not_grow_allocated_bytes() {
     );
 }
 
-fn expect_locked<T>(r: tagstore::Result<T>, path: &Path, what: &str) {
-    match r {
-        Err(Error::Locked(p)) => assert_eq!(p, path, "{what}: Locked names the path"),
-        Err(e) => panic!("{what}: expected Error::Locked, got {e:?}"),
-        Ok(_) => panic!("{what}: maintenance ran although the store is held"),
-    }
-}
-
 fn cli(args: &[&str]) -> Output {
     Command::new(BIN)
         .args(args)
@@ -878,23 +829,6 @@ fn cli(args: &[&str]) -> Output {
 
 fn stderr_of(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// True if /proc/locks shows process `pid` holding a write lock on `path`
-/// (probing with an open of our own could make the child's open fail).
-fn holds_write_lock(pid: u32, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let ino = std::fs::metadata(path).expect("stat").ino().to_string();
-    let locks = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
-    locks.lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123456 0 EOF"
-        f.len() >= 6
-            && f[1] == "FLOCK"
-            && f[3] == "WRITE"
-            && f[4] == pid.to_string()
-            && f[5].rsplit(':').next() == Some(ino.as_str())
-    })
 }
 
 #[test]

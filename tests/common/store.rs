@@ -1,1 +1,111 @@
 //! Shared test helpers for building stores and comparing them with a model.
+
+use std::path::Path;
+use tagstore::{Error, Store};
+
+/// splitmix64: a small deterministic generator for workload data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// True with probability `permille`/1000.
+    pub fn chance(&mut self, permille: u64) -> bool {
+        self.below(1000) < permille
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+
+    /// Roughly Zipf(1) over `0..n`: index 0 is the most frequent.
+    pub fn zipf(&mut self, n: u64) -> u64 {
+        let u = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        ((n as f64).powf(u) as u64).saturating_sub(1).min(n - 1)
+    }
+
+    /// Shuffles `v` in place.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
+
+/// The objects carrying `subject` under `rel`, sorted.
+pub fn sorted_objects(store: &Store, subject: &str, rel: &str) -> Vec<String> {
+    let mut v: Vec<String> = store
+        .find_objects(subject, rel)
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("find_objects({subject:?}, {rel:?}): {e}"));
+    v.sort();
+    v
+}
+
+/// The subjects of `object` under `rel`, sorted.
+pub fn sorted_subjects(store: &Store, object: &str, rel: &str) -> Vec<String> {
+    let mut v: Vec<String> = store
+        .find_subjects(object, rel)
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("find_subjects({object:?}, {rel:?}): {e}"));
+    v.sort();
+    v
+}
+
+/// Asserts `check()` runs and finds no fault.
+pub fn assert_check_ok(store: &Store, what: &str) {
+    let r = store
+        .check()
+        .unwrap_or_else(|e| panic!("{what}: check(): {e}"));
+    assert!(r.ok(), "{what}: check() faults: {:?}", r.faults);
+}
+
+/// Asserts `r` failed because another handle holds the store at `path`.
+pub fn expect_locked<T>(r: tagstore::Result<T>, path: &Path, what: &str) {
+    match r {
+        Err(Error::Locked(p)) => assert_eq!(p, path, "{what}: Locked names the path"),
+        Err(e) => panic!("{what}: expected Error::Locked, got {e:?}"),
+        Ok(_) => panic!("{what}: succeeded although the store is held"),
+    }
+}
+
+/// True if /proc/locks shows process `pid` holding a write (flock) lock on
+/// `path`. Probing with an open of our own would take a lock and could make
+/// the other process's open fail, so the kernel's lock table is read instead.
+pub fn holds_write_lock(pid: u32, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(path).expect("stat").ino().to_string();
+    let locks = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
+    locks.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:123456 0 EOF"
+        f.len() >= 6
+            && f[1] == "FLOCK"
+            && f[3] == "WRITE"
+            && f[4] == pid.to_string()
+            && f[5].rsplit(':').next() == Some(ino.as_str())
+    })
+}
+
+/// Little-endian u32 at byte `o` of `b`.
+pub fn rd32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+/// Little-endian u64 at byte `o` of `b`.
+pub fn rd64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
