@@ -52,7 +52,7 @@ fn opts() -> CreateOptions {
 fn tag(i: u32) -> Tag {
     Tag::new(
         format!("obj{i}"),
-        if i % 5 == 0 { "likes" } else { "isa" },
+        if i.is_multiple_of(5) { "likes" } else { "isa" },
         format!("sub{}", i % 11),
     )
 }
