@@ -4,4 +4,5 @@
 
 pub mod cli;
 pub mod crash;
+pub mod edge;
 pub mod store;
