@@ -84,7 +84,6 @@ fn build_store(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>, Vec<u8>) {
     (path, tags, bytes)
 }
 
-
 /// Layout facts read straight from the superblock bytes.
 struct Layout {
     per_half: u64,

@@ -22,17 +22,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 mod common;
 
-use common::store::{expect_locked, holds_write_lock};
+use common::store::{expect_locked, holds_write_lock, serial, spawn_cli_holder};
 use tagstore::{CreateOptions, Error, Store, Tag};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Serialises the tests of this file (see the header).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn opts() -> CreateOptions {
     CreateOptions {
@@ -241,13 +234,7 @@ fn cli_writer_in_another_process_locks_out_cli() {
     let before = std::fs::read(&path).expect("read");
 
     // Holder: `insert --file -` opens the store, then waits on stdin.
-    let mut holder = Command::new(BIN)
-        .args(["insert", p, "--file", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
+    let mut holder = spawn_cli_holder(Path::new(p));
     wait_until_locked(&path, &mut holder);
 
     let out = cli(&["insert", p, "a", "b", "c"]);
@@ -298,13 +285,7 @@ fn refused_cli_leaves_store_byte_identical() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (path, tags) = seeded_store(dir.path());
     let p = path.to_str().expect("utf8 path");
-    let mut holder = Command::new(BIN)
-        .args(["insert", p, "--file", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn holder");
+    let mut holder = spawn_cli_holder(Path::new(p));
     wait_until_locked(&path, &mut holder);
     // The holder has the store open (marked unclean, table image dropped);
     // whatever bytes it holds now must not change because of a refused command.

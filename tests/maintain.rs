@@ -65,7 +65,8 @@ use tagstore::Half;
 mod common;
 
 use common::store::{
-    assert_check_ok, expect_locked, holds_write_lock, sorted_objects, sorted_subjects, Rng,
+    assert_check_ok, expect_locked, holds_write_lock, serial, sorted_objects, sorted_subjects,
+    spawn_cli_holder, Rng,
 };
 use tagstore::{
     journal_path, CreateOptions, Durability, Error, Geometry, MaintainOptions, Stats, Store, Tag,
@@ -73,13 +74,6 @@ use tagstore::{
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Serialises the tests of this file (see the header).
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 type Model = BTreeSet<Tag>;
 
@@ -148,7 +142,11 @@ fn assert_matches_model(store: &Store, model: &Model, keys: &Keys, what: &str) {
     };
     for (o, r) in &keys.objects {
         let found = sorted_subjects(store, o, r);
-        assert_eq!(found, want(&subjects_of, o, r), "{what}: FIND <{o}, {r}, *>");
+        assert_eq!(
+            found,
+            want(&subjects_of, o, r),
+            "{what}: FIND <{o}, {r}, *>"
+        );
     }
     for (s, r) in &keys.subjects {
         let found = sorted_objects(store, s, r);
@@ -890,13 +888,7 @@ fn maintain_refuses_while_the_store_is_open() {
     drop(r);
 
     // A CLI writer in another process: `insert --file -` waits on stdin.
-    let mut holder = Command::new(BIN)
-        .args(["insert", path_s, "--file", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn holder");
+    let mut holder = spawn_cli_holder(Path::new(path_s));
     let deadline = Instant::now() + Duration::from_secs(30);
     while !holds_write_lock(holder.id(), &path) {
         if let Some(st) = holder.try_wait().expect("try_wait") {

@@ -109,3 +109,24 @@ pub fn rd32(b: &[u8], o: usize) -> u32 {
 pub fn rd64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Serialises the tests of one test file (a test crate) that must not overlap.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts `tagstore insert STORE --file -`: it opens the store exclusively
+/// and holds it while it waits on its (piped) stdin.
+pub fn spawn_cli_holder(path: &Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_tagstore"))
+        .arg("insert")
+        .arg(path)
+        .args(["--file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn holder")
+}
