@@ -65,8 +65,8 @@ use tagstore::Half;
 mod common;
 
 use common::store::{
-    assert_check_ok, expect_locked, holds_write_lock, serial, sorted_objects, sorted_subjects,
-    spawn_cli_holder, Rng,
+    assert_check_ok, expect_locked, holds_write_lock, serial, sized, sorted_objects,
+    sorted_subjects, spawn_cli_holder, Rng,
 };
 use tagstore::{
     journal_path, CreateOptions, Durability, Error, Geometry, MaintainOptions, Stats, Store, Tag,
@@ -684,15 +684,7 @@ fn maintain_edge_workloads() {
 /// A store with holes: `n` tags inserted, every third deleted.
 fn holey_store(dir: &Path, name: &str, n: usize) -> (PathBuf, Model, Keys) {
     let path = dir.join(name);
-    let s = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: n as u64,
-            seed: Some(11),
-            ..CreateOptions::default()
-        },
-    )
-    .expect("create");
+    let s = Store::create(&path, &sized(n as u64, 11)).expect("create");
     let mut model = Model::new();
     let mut keys = Keys::default();
     let tags: Vec<Tag> = (0..n)
@@ -722,15 +714,7 @@ fn report_before_describes_the_file_as_it_was() {
     // Dense already (no deletes): maintenance cannot shrink it, so it must
     // not appear to grow it either.
     let path = dir.path().join("dense.tags");
-    let s = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: 1000,
-            seed: Some(1),
-            ..CreateOptions::default()
-        },
-    )
-    .expect("create");
+    let s = Store::create(&path, &sized(1000, 1)).expect("create");
     for i in 0..500 {
         s.insert(&Tag::new(format!("o{i}"), "r", format!("s{}", i % 13)))
             .expect("insert");
@@ -779,15 +763,7 @@ fn compaction_does_not_grow_allocated_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("alloc.tags");
     let n = 100_000u64;
-    let s = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: n,
-            seed: Some(1),
-            ..CreateOptions::default()
-        },
-    )
-    .expect("create");
+    let s = Store::create(&path, &sized(n, 1)).expect("create");
     let tags: Vec<Tag> = (0..n)
         .map(|i| {
             Tag::new(
@@ -942,15 +918,7 @@ fn stale_temporary_file_is_replaced() {
             _ => {
                 // A complete store with other tags, as if a run died just
                 // before its rename; it must be discarded, never merged.
-                let o = Store::create(
-                    &tmp,
-                    &CreateOptions {
-                        expected_tags: 100,
-                        seed: Some(11),
-                        ..CreateOptions::default()
-                    },
-                )
-                .expect("create stale");
+                let o = Store::create(&tmp, &sized(100, 11)).expect("create stale");
                 for i in 0..50 {
                     o.insert(&Tag::new(format!("intruder{i}"), "isa", "peak"))
                         .expect("insert");
@@ -1222,15 +1190,7 @@ fn sigkill_during_maintain_leaves_old_or_new_store() {
     let mut rng = Rng(0x5EED);
     let mut model = Model::new();
     {
-        let s = Store::create(
-            &path,
-            &CreateOptions {
-                expected_tags: 200_000,
-                seed: Some(3),
-                ..CreateOptions::default()
-            },
-        )
-        .expect("create");
+        let s = Store::create(&path, &sized(200_000, 3)).expect("create");
         let tags: Vec<Tag> = (0..260_000u64)
             .map(|i| {
                 Tag::new(

@@ -19,7 +19,7 @@ use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tagstore::{CreateOptions, Store, Tag};
+use tagstore::{CreateOptions, Half, Store, Tag};
 
 const DEFAULT_CASES: u32 = 200;
 
@@ -164,15 +164,33 @@ fn objects_of(model: &BTreeSet<Tag>, s: &str, r: &str) -> Vec<String> {
     v
 }
 
+/// FIND in one direction (object half: the subjects of `name`; subject
+/// half: its objects), by iterator and by visitor, against the model.
+fn check_find(store: &Store, model: &BTreeSet<Tag>, half: Half, name: &str, r: &str) {
+    let (what, want) = match half {
+        Half::Object => (
+            format!("find_subjects({name:?}, {r:?})"),
+            subjects_of(model, name, r),
+        ),
+        Half::Subject => (
+            format!("find_objects({name:?}, {r:?})"),
+            objects_of(model, name, r),
+        ),
+    };
+    let got = match half {
+        Half::Object => sorted_unique(&what, store.find_subjects(name, r)),
+        Half::Subject => sorted_unique(&what, store.find_objects(name, r)),
+    };
+    assert_eq!(got, want, "{what}");
+    let by_visitor = visited(&what, |f| match half {
+        Half::Object => store.for_each_subject(name, r, f),
+        Half::Subject => store.for_each_object(name, r, f),
+    });
+    assert_eq!(by_visitor, got, "{what} by visitor");
+}
+
 fn check_find_subjects(store: &Store, model: &BTreeSet<Tag>, o: &str, r: &str) {
-    let what = format!("find_subjects({o:?}, {r:?})");
-    let got = sorted_unique(&what, store.find_subjects(o, r));
-    assert_eq!(got, subjects_of(model, o, r), "{what}");
-    assert_eq!(
-        visited(&what, |f| store.for_each_subject(o, r, f)),
-        got,
-        "for_each_subject({o:?}, {r:?})"
-    );
+    check_find(store, model, Half::Object, o, r);
 }
 
 /// Results of a visitor FIND, sorted; its returned count must match.
@@ -189,14 +207,7 @@ fn visited(
 }
 
 fn check_find_objects(store: &Store, model: &BTreeSet<Tag>, s: &str, r: &str) {
-    let what = format!("find_objects({s:?}, {r:?})");
-    let got = sorted_unique(&what, store.find_objects(s, r));
-    assert_eq!(got, objects_of(model, s, r), "{what}");
-    assert_eq!(
-        visited(&what, |f| store.for_each_object(s, r, f)),
-        got,
-        "for_each_object({s:?}, {r:?})"
-    );
+    check_find(store, model, Half::Subject, s, r);
 }
 
 /// FINDs for both keys of `t`, and `contains`.

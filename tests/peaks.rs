@@ -7,10 +7,13 @@
 //! headers); `stats` must show the linked buckets; `check()` must be clean.
 //! A second test stops a FIND over a peak after ten results.
 
+mod common;
+
+use common::store::sized;
 use std::collections::BTreeSet;
 use std::time::Instant;
 use tagstore::testing::{bucket_of, key_hash};
-use tagstore::{CreateOptions, Half, Store, Tag};
+use tagstore::{Half, Store, Tag};
 
 const PEAK: usize = 200_000;
 const SEED: u64 = 0x5eed_5ea5;
@@ -130,15 +133,7 @@ fn verify(store: &Store, e: &Expect, when: &str) {
 fn peak_and_rare_key_share_a_primary_bucket() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("peak.tags");
-    let store = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: PEAK as u64,
-            seed: Some(SEED),
-            ..CreateOptions::default()
-        },
-    )
-    .expect("create");
+    let store = Store::create(&path, &sized(PEAK as u64, SEED)).expect("create");
     let rare = colliding_subject(&store, "isa", "sunset", &[]);
     let empty_rare = colliding_subject(&store, "isa", "sunset", std::slice::from_ref(&rare));
 
@@ -221,15 +216,7 @@ fn find_take_ten_on_a_peak() {
     const N: usize = 50_000;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("take.tags");
-    let store = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: N as u64,
-            seed: Some(SEED),
-            ..CreateOptions::default()
-        },
-    )
-    .expect("create");
+    let store = Store::create(&path, &sized(N as u64, SEED)).expect("create");
     let peak: Vec<Tag> = (0..N)
         .map(|i| Tag::new(format!("photo{i}"), "isa", "sunset"))
         .collect();

@@ -1,7 +1,7 @@
 //! Shared test helpers for building stores and comparing them with a model.
 
 use std::path::Path;
-use tagstore::{Error, Store};
+use tagstore::{CreateOptions, Error, Store};
 
 /// splitmix64: a small deterministic generator for workload data.
 pub struct Rng(pub u64);
@@ -129,4 +129,13 @@ pub fn spawn_cli_holder(path: &Path) -> std::process::Child {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn holder")
+}
+
+/// Options for a store sized for `expected_tags` with a fixed hash `seed`.
+pub fn sized(expected_tags: u64, seed: u64) -> CreateOptions {
+    CreateOptions {
+        expected_tags,
+        seed: Some(seed),
+        ..CreateOptions::default()
+    }
 }
