@@ -8,6 +8,9 @@
 //! exactly once. A third checks that a second handle on an open store is
 //! locked out.
 
+mod common;
+
+use common::store::{assert_check_ok, sorted_objects};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -254,11 +257,7 @@ fn stable_tags_are_found_exactly_once_amid_churn_in_their_chain() {
         eprintln!("churn reader {k}: {finds} FINDs");
         assert!(finds >= 2);
     }
-    let mut got: Vec<String> = store
-        .find_objects("keep", "isa")
-        .collect::<Result<_, _>>()
-        .expect("find");
-    got.sort();
+    let got = sorted_objects(&store, "keep", "isa");
     let mut want: Vec<String> = stable
         .iter()
         .map(|t| t.object.clone())
@@ -266,8 +265,7 @@ fn stable_tags_are_found_exactly_once_amid_churn_in_their_chain() {
         .collect();
     want.sort();
     assert_eq!(got, want);
-    let report = store.check().expect("check");
-    assert!(report.ok(), "{:?}", report.faults);
+    assert_check_ok(&store, "after churn");
 }
 
 #[test]

@@ -22,7 +22,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 mod common;
 
-use common::store::{expect_locked, holds_write_lock, serial, spawn_cli_holder};
+use common::store::{expect_locked, holds_write_lock, serial, sorted_objects, spawn_cli_holder};
 use tagstore::{CreateOptions, Error, Store, Tag};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
@@ -149,11 +149,7 @@ fn two_readers_at_once() {
     for (name, s) in [("a", &a), ("b", &b), ("c", &c)] {
         let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("tags");
         assert_eq!(got, tags, "reader {name}");
-        let mut objs: Vec<String> = s
-            .find_objects("s0", "isa")
-            .collect::<Result<_, _>>()
-            .expect("find");
-        objs.sort();
+        let objs = sorted_objects(s, "s0", "isa");
         let mut want: Vec<String> = tags
             .iter()
             .filter(|t| t.subject == "s0")

@@ -7,6 +7,9 @@
 //! rebuilt from the blocks). Every tag in a model must survive, and
 //! `check()` must find no fault.
 
+mod common;
+
+use common::store::assert_check_ok;
 use std::collections::BTreeSet;
 use tagstore::{CreateOptions, Store, Tag};
 
@@ -35,8 +38,7 @@ fn assert_exactly(store: &Store, want: &BTreeSet<Tag>, when: &str) {
     for t in want {
         assert!(store.contains(t).expect("contains"), "{t:?} lost {when}");
     }
-    let r = store.check().expect("check");
-    assert!(r.ok(), "check() {when}: {:?}", r.faults);
+    assert_check_ok(store, when);
 }
 
 /// Tags written in one session stay when the next session fills the same
