@@ -35,10 +35,15 @@
 //!
 //! Tests here run one at a time (children inherit open store files).
 
+mod common;
+
+use common::crash::{
+    assert_check_ok, fill_up, mode_name, mode_of, mode_tests, self_child, serial, whole, Tmpfs,
+};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 use tagstore::testing::SyncPoint;
 use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
@@ -48,12 +53,6 @@ const PATH_ENV: &str = "TAGSTORE_DISKFULL_PATH";
 const MODE_ENV: &str = "TAGSTORE_DISKFULL_MODE";
 const LIMIT_ENV: &str = "TAGSTORE_DISKFULL_LIMIT";
 const PEAKY_ENV: &str = "TAGSTORE_DISKFULL_PEAKY";
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Tag `i`; with `peaky`, every fourth is on one subject (long chains, so
 /// the file grows), else keys spread over all buckets.
@@ -66,25 +65,9 @@ fn tag(i: u64, peaky: bool) -> Tag {
     Tag::new(format!("obj{i}"), "r", s)
 }
 
-fn mode_name(m: Durability) -> &'static str {
-    match m {
-        Durability::Immediate => "immediate",
-        Durability::OnSync => "on-sync",
-        Durability::None => "none",
-    }
-}
-
-fn mode_of(s: &str) -> Durability {
-    match s {
-        "immediate" => Durability::Immediate,
-        "on-sync" => Durability::OnSync,
-        "none" => Durability::None,
-        other => panic!("unknown mode {other}"),
-    }
-}
-
 const SYNC_EVERY: u64 = 25;
 
+/// The OS error number behind an I/O error (-1 for other errors).
 fn errno(e: &tagstore::Error) -> i32 {
     match e {
         tagstore::Error::Io { source, .. } => source.raw_os_error().unwrap_or(-1),
@@ -159,8 +142,7 @@ fn child_fill(path: &Path) {
             "child: the failed insert left its tag"
         );
         assert_eq!(store.len(), i, "child: len() after the failed insert");
-        let r = store.check().expect("check");
-        assert!(r.ok(), "child: check() after the failure: {:?}", r.faults);
+        assert_check_ok(&store, "child: after the failure");
         let t = tag(1, peaky);
         assert!(store.delete(&t).expect("child: delete after the failure"));
         assert!(store
@@ -211,20 +193,10 @@ fn disk_full_child() {
     }
 }
 
+/// Runs `disk_full_child` in `role` on the store at `path`, with `envs`.
 fn run_child(role: &str, path: &Path, envs: &[(&str, String)]) -> Output {
-    let exe = std::env::current_exe().expect("current_exe");
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "--exact",
-        "disk_full_child",
-        "--nocapture",
-        "--include-ignored",
-    ])
-    .env(ROLE_ENV, role)
-    .env(PATH_ENV, path)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    let mut cmd = self_child("disk_full_child");
+    cmd.env(ROLE_ENV, role).env(PATH_ENV, path);
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -239,6 +211,8 @@ fn reports(out: &Output) -> Vec<String> {
         .collect()
 }
 
+/// Asserts the child exited successfully (no signal), showing its last
+/// reports and stderr otherwise.
 fn assert_exited_cleanly(out: &Output, what: &str) {
     use std::os::unix::process::ExitStatusExt;
     let lines = reports(out);
@@ -262,6 +236,8 @@ struct Filled {
     inproc: String,
 }
 
+/// Parses the fill child's reports, asserting it exited cleanly, a write
+/// failed, it finished, and its acknowledgements are in order.
 fn parse_fill(out: &Output, what: &str) -> Filled {
     assert_exited_cleanly(out, what);
     let lines = reports(out);
@@ -308,48 +284,49 @@ fn parse_fill(out: &Output, what: &str) -> Filled {
     }
 }
 
-/// (contains, in the object half, in the subject half).
-fn halves(store: &Store, t: &Tag) -> (bool, bool, bool) {
-    let c = store.contains(t).expect("contains");
-    let subjects: Vec<String> = store
-        .find_subjects(&t.object, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_subjects");
-    let objects: Vec<String> = store
-        .find_objects(&t.subject, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_objects");
-    (
-        c,
-        subjects.contains(&t.subject),
-        objects.contains(&t.object),
-    )
+/// Runs the fill child in `mode` on the store at `path` (with `env` added)
+/// and parses its report, asserting the failing call's errno was `want`
+/// (named as given) and, in None mode, that the store stayed usable
+/// in-process.
+fn fill_until_failure(
+    path: &Path,
+    mode: Durability,
+    env: &[(&str, String)],
+    want: (i32, &str),
+    what: &str,
+) -> Filled {
+    let mut env = env.to_vec();
+    env.push((MODE_ENV, mode_name(mode).to_string()));
+    let f = parse_fill(&run_child("fill", path, &env), what);
+    let (errno, name) = want;
+    assert_eq!(
+        f.errno, errno,
+        "{what}: expected {name}, got: {}",
+        f.message
+    );
+    if mode == Durability::None {
+        assert_eq!(f.inproc, "usable", "{what}");
+    }
+    f
 }
 
 /// With space back: the store recovers, holds every acknowledged tag, each
 /// unacknowledged one whole, and grows.
 fn verify_after(path: &Path, f: &Filled, peaky: bool, what: &str) {
     let store = Store::open(path).unwrap_or_else(|e| panic!("{what}: reopen: {e}"));
-    let r = store.check().expect("check");
-    assert!(r.ok(), "{what}: check() after the failure: {:?}", r.faults);
+    assert_check_ok(&store, &format!("{what}: after the failure"));
     let got: BTreeSet<Tag> = store.tags().collect::<Result<_, _>>().expect("export");
     for &i in &f.acked {
         let t = tag(i, peaky);
-        assert_eq!(
-            halves(&store, &t),
-            (true, true, true),
-            "{what}: acknowledged {t:?}"
+        assert!(
+            whole(&store, &t, &format!("{what}: acknowledged")),
+            "{what}: acknowledged {t:?} missing"
         );
     }
     let mut unacked_present = 0;
     for i in f.first_unacked..=f.failed_at {
         let t = tag(i, peaky);
-        let (c, o, s) = halves(&store, &t);
-        assert!(
-            c == o && c == s,
-            "{what}: unacknowledged {t:?} is torn: contains={c}, object half={o}, subject half={s}"
-        );
-        unacked_present += c as usize;
+        unacked_present += whole(&store, &t, &format!("{what}: unacknowledged")) as usize;
     }
     let known: BTreeSet<Tag> = (0..=f.failed_at).map(|i| tag(i, peaky)).collect();
     let stray: Vec<&Tag> = got
@@ -372,11 +349,10 @@ fn verify_after(path: &Path, f: &Filled, peaky: bool, what: &str) {
     }
     store.close().expect("close");
     let store = Store::open(path).expect("reopen");
-    let r = store.check().expect("check");
-    assert!(r.ok(), "{what}: check() after growing: {:?}", r.faults);
+    assert_check_ok(&store, &format!("{what}: after growing"));
     assert_eq!(store.len(), got.len() as u64 + fresh.len() as u64, "{what}");
     for t in fresh.iter().step_by(37) {
-        assert_eq!(halves(&store, t), (true, true, true), "{what}: {t:?}");
+        assert!(whole(&store, t, what), "{what}: {t:?} missing");
     }
     store.close().expect("close");
     eprintln!(
@@ -391,22 +367,26 @@ fn verify_after(path: &Path, f: &Filled, peaky: bool, what: &str) {
     );
 }
 
-fn create(path: &Path, primary: u32, bp: u32) {
-    Store::create(
-        path,
-        &CreateOptions {
-            expected_tags: 100,
-            primary_buckets_per_half: Some(primary),
-            blocks_per_primary: Some(bp),
-            blocks_per_secondary: Some(1),
-            seed: Some(0xF11E),
-        },
-    )
-    .expect("create")
-    .close()
-    .expect("close");
+/// Creates a store at `path` of `primary` primary buckets per half of `bp`
+/// blocks each (one-block secondary buckets), hashed with `seed`.
+fn create(path: &Path, primary: u32, bp: u32, seed: u64) -> Store {
+    let opts = CreateOptions {
+        expected_tags: 100,
+        primary_buckets_per_half: Some(primary),
+        blocks_per_primary: Some(bp),
+        blocks_per_secondary: Some(1),
+        seed: Some(seed),
+    };
+    Store::create(path, &opts).expect("create")
 }
 
+/// Creates a store as [`create`] does with the seed of the fill tests, and
+/// closes it.
+fn create_closed(path: &Path, primary: u32, bp: u32) {
+    create(path, primary, bp, 0xF11E).close().expect("close");
+}
+
+/// The `RLIMIT_FSIZE` case in `mode` (see the file header).
 fn fsize_case(mode: Durability) {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -415,96 +395,26 @@ fn fsize_case(mode: Durability) {
     // limit fails. Journaled modes: a large primary area that never grows
     // here, so the journal is what crosses the limit.
     let (peaky, limit) = if mode == Durability::None {
-        create(&path, 2, 1);
+        create_closed(&path, 2, 1);
         (true, 200 * 1024)
     } else {
-        create(&path, 64, 2);
+        create_closed(&path, 64, 2);
         let len = std::fs::metadata(&path).expect("meta").len();
         (false, len + 512 * 1024)
     };
-    let mut env = vec![
-        (MODE_ENV, mode_name(mode).to_string()),
-        (LIMIT_ENV, limit.to_string()),
-    ];
+    let mut env = vec![(LIMIT_ENV, limit.to_string())];
     if peaky {
         env.push((PEAKY_ENV, "1".into()));
     }
     let what = format!("RLIMIT_FSIZE {limit} bytes, {mode:?}");
-    let out = run_child("fill", &path, &env);
-    let f = parse_fill(&out, &what);
-    assert_eq!(
-        f.errno,
-        libc::EFBIG,
-        "{what}: expected EFBIG, got: {}",
-        f.message
-    );
-    if mode == Durability::None {
-        assert_eq!(f.inproc, "usable", "{what}");
-    }
+    let f = fill_until_failure(&path, mode, &env, (libc::EFBIG, "EFBIG"), &what);
     verify_after(&path, &f, peaky, &what);
 }
 
-#[test]
-fn file_size_limit_in_none_mode() {
-    fsize_case(Durability::None);
-}
-
-#[test]
-fn file_size_limit_in_immediate_mode() {
-    fsize_case(Durability::Immediate);
-}
-
-#[test]
-fn file_size_limit_in_on_sync_mode() {
-    fsize_case(Durability::OnSync);
-}
-
-/// A tmpfs mounted for one test, unmounted on drop.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED: the tmpfs disk-full test needs root to mount a small tmpfs");
-            return None;
-        }
-        std::fs::create_dir_all(dir).expect("mount point");
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(Tmpfs {
-                dir: dir.to_path_buf(),
-            }),
-            Ok(o) => {
-                eprintln!(
-                    "SKIPPED: mount -t tmpfs failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
+mode_tests! { fsize_case;
+    file_size_limit_in_none_mode => Durability::None,
+    file_size_limit_in_immediate_mode => Durability::Immediate,
+    file_size_limit_in_on_sync_mode => Durability::OnSync,
 }
 
 /// Writes `size` bytes of data (not a hole) to `path`.
@@ -512,16 +422,7 @@ fn filler(path: &Path, size: usize) {
     std::fs::write(path, vec![0xAB; size]).expect("filler");
 }
 
-/// Fills the filesystem holding `dir` to the last byte.
-fn fill_up(dir: &Path) -> PathBuf {
-    let p = dir.join("fill-up");
-    let mut f = std::fs::File::create(&p).expect("fill-up file");
-    let chunk = vec![0xCDu8; 4096];
-    while f.write_all(&chunk).is_ok() {}
-    let _ = f.flush();
-    p
-}
-
+/// The 2 MB tmpfs case in `mode` (see the file header).
 fn tmpfs_case(mode: Durability) {
     let _serial = serial();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -529,28 +430,12 @@ fn tmpfs_case(mode: Durability) {
         return;
     };
     let path = fs.dir.join("full.tags");
-    create(&path, 2, 1);
+    create_closed(&path, 2, 1);
     let fill = fs.dir.join("filler");
     filler(&fill, 1 << 20);
     let what = format!("2 MB tmpfs, {mode:?}");
-    let out = run_child(
-        "fill",
-        &path,
-        &[
-            (MODE_ENV, mode_name(mode).to_string()),
-            (PEAKY_ENV, "1".into()),
-        ],
-    );
-    let f = parse_fill(&out, &what);
-    assert_eq!(
-        f.errno,
-        libc::ENOSPC,
-        "{what}: expected ENOSPC, got: {}",
-        f.message
-    );
-    if mode == Durability::None {
-        assert_eq!(f.inproc, "usable", "{what}");
-    }
+    let peaky = [(PEAKY_ENV, "1".to_string())];
+    let f = fill_until_failure(&path, mode, &peaky, (libc::ENOSPC, "ENOSPC"), &what);
     // Reopening while the disk is still full may fail, but cleanly.
     let out = run_child("open", &path, &[]);
     assert_exited_cleanly(&out, &format!("{what}: reopen while still full"));
@@ -565,14 +450,9 @@ fn tmpfs_case(mode: Durability) {
     drop(fs);
 }
 
-#[test]
-fn disk_full_on_tmpfs_in_none_mode() {
-    tmpfs_case(Durability::None);
-}
-
-#[test]
-fn disk_full_on_tmpfs_in_immediate_mode() {
-    tmpfs_case(Durability::Immediate);
+mode_tests! { tmpfs_case;
+    disk_full_on_tmpfs_in_none_mode => Durability::None,
+    disk_full_on_tmpfs_in_immediate_mode => Durability::Immediate,
 }
 
 /// Writes `data` as a sparse file: pages of zeros are left as holes.
@@ -593,17 +473,7 @@ fn recovery_on_a_full_disk_fails_cleanly() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Make the power-cut image on ordinary disk first.
     let src = dir.path().join("src.tags");
-    let store = Store::create(
-        &src,
-        &CreateOptions {
-            expected_tags: 100,
-            primary_buckets_per_half: Some(16),
-            blocks_per_primary: Some(2),
-            blocks_per_secondary: Some(1),
-            seed: Some(0xF0F0),
-        },
-    )
-    .expect("create");
+    let store = create(&src, 16, 2, 0xF0F0);
     // (store file at the last StoreSynced, journal at the last JournalSynced)
     type Copies = (Vec<u8>, Vec<u8>);
     let copies: Arc<Mutex<Copies>> = Arc::default();
@@ -646,10 +516,12 @@ fn recovery_on_a_full_disk_fails_cleanly() {
     );
     std::fs::remove_file(&fill).expect("free space");
     let store = Store::open(&path).expect("recover with space back");
-    let r = store.check().expect("check");
-    assert!(r.ok(), "check() after recovery: {:?}", r.faults);
+    assert_check_ok(&store, "after recovery");
     for t in &acked {
-        assert_eq!(halves(&store, t), (true, true, true), "acknowledged {t:?}");
+        assert!(
+            whole(&store, t, "acknowledged"),
+            "acknowledged {t:?} missing"
+        );
     }
     assert_eq!(store.len(), acked.len() as u64);
     store.close().expect("close");

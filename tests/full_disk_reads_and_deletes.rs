@@ -11,59 +11,14 @@
 //!
 //! Needs root to mount a small tmpfs; skipped with a message otherwise.
 
-use std::io::Write;
+mod common;
+
+use common::crash::{fill_up, Tmpfs};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tagstore::{CreateOptions, Store, Tag};
 
-/// A tmpfs mounted for one test, unmounted on drop.
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED: mounting a small tmpfs needs root");
-            return None;
-        }
-        std::fs::create_dir_all(dir).expect("mount point");
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => Some(Tmpfs {
-                dir: dir.to_path_buf(),
-            }),
-            Ok(o) => {
-                eprintln!(
-                    "SKIPPED: mount -t tmpfs failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
-}
-
+/// Tag `i`: `<obj{i}, isa, subj{i % 50}>`.
 fn tag(i: usize) -> Tag {
     Tag::new(format!("obj{i}"), "isa", format!("subj{}", i % 50))
 }
@@ -71,28 +26,17 @@ fn tag(i: usize) -> Tag {
 /// A sparse store of `n` tags in `dir` (a disk filesystem), closed cleanly.
 fn sparse_store(dir: &Path, n: usize) -> PathBuf {
     let p = dir.join("s.tags");
-    let s = Store::create(
-        &p,
-        &CreateOptions {
-            expected_tags: 20_000,
-            seed: Some(5),
-            ..Default::default()
-        },
-    )
-    .expect("create");
+    let opts = CreateOptions {
+        expected_tags: 20_000,
+        seed: Some(5),
+        ..Default::default()
+    };
+    let s = Store::create(&p, &opts).expect("create");
     let tags: Vec<Tag> = (0..n).map(tag).collect();
     let (_, r) = s.insert_batch(&tags);
     r.expect("insert");
     s.close().expect("close");
     p
-}
-
-/// Fills the filesystem holding `dir` to the last byte.
-fn fill_up(dir: &Path) {
-    let mut f = std::fs::File::create(dir.join("fill-up")).expect("fill-up file");
-    let chunk = vec![0xCDu8; 4096];
-    while f.write_all(&chunk).is_ok() {}
-    let _ = f.flush();
 }
 
 /// Copies the store and its counts onto `to`, keeping holes.
@@ -108,16 +52,24 @@ fn copy_sparse(from: &Path, to: &Path) -> PathBuf {
     to.join("s.tags")
 }
 
+/// A sparse store of 3000 tags made in `disk`, copied onto a 3 MB tmpfs
+/// mounted below `disk` that is then filled up: the mount (unmounted on
+/// drop) and the copy's path; `None` when the tmpfs cannot be mounted.
+fn full_tmpfs_copy(disk: &Path) -> Option<(Tmpfs, PathBuf)> {
+    let src = sparse_store(disk, 3000);
+    let fs = Tmpfs::mount(&disk.join("mnt"), "3m")?;
+    let p = copy_sparse(&src, &fs.dir);
+    fill_up(&fs.dir);
+    Some((fs, p))
+}
+
 /// Library: read, delete and reopen a sparse store on a full tmpfs.
 #[test]
 fn library_deletes_and_reads_on_a_full_tmpfs() {
     let disk = tempfile::tempdir().expect("tempdir");
-    let src = sparse_store(disk.path(), 3000);
-    let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "3m") else {
+    let Some((_fs, p)) = full_tmpfs_copy(disk.path()) else {
         return;
     };
-    let p = copy_sparse(&src, &fs.dir);
-    fill_up(&fs.dir);
     {
         let ro = Store::open_read_only(&p).expect("read-only open on a full disk");
         assert_eq!(ro.len(), 3000);
@@ -155,12 +107,9 @@ fn library_deletes_and_reads_on_a_full_tmpfs() {
 #[test]
 fn cli_deletes_and_reads_on_a_full_tmpfs() {
     let disk = tempfile::tempdir().expect("tempdir");
-    let src = sparse_store(disk.path(), 3000);
-    let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "3m") else {
+    let Some((_fs, p)) = full_tmpfs_copy(disk.path()) else {
         return;
     };
-    let p = copy_sparse(&src, &fs.dir);
-    fill_up(&fs.dir);
     let bin = env!("CARGO_BIN_EXE_tagstore");
     let del = disk.path().join("del.tsv");
     let lines: String = (0..100)

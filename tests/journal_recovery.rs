@@ -27,6 +27,9 @@
 //! copied at `JournalSynced` and the store file at `StoreSynced`, and those
 //! copies are what a fresh directory gets.
 
+mod common;
+
+use common::crash::{assert_check_ok, assert_exactly, whole};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -36,6 +39,8 @@ use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
 
 const PAGE: usize = 4096;
 
+/// Options for a store of two one-block primary buckets per half, hashed
+/// with `seed`.
 fn opts(seed: u64) -> CreateOptions {
     CreateOptions {
         expected_tags: 50,
@@ -46,6 +51,7 @@ fn opts(seed: u64) -> CreateOptions {
     }
 }
 
+/// Tag `i`: `<o{i}, r{i % 2}, ..>`, every fourth on the "hub" subject.
 fn tag(i: usize) -> Tag {
     // Every fourth tag is on the "hub" peak, so chains link.
     let s = if i.is_multiple_of(4) {
@@ -56,60 +62,9 @@ fn tag(i: usize) -> Tag {
     Tag::new(format!("o{i}"), format!("r{}", i % 2), s)
 }
 
+/// Tags `tag(i)` for `i` in `r`.
 fn tags(r: std::ops::Range<usize>) -> Vec<Tag> {
     r.map(tag).collect()
-}
-
-/// (contains, in the object half, in the subject half).
-fn halves(store: &Store, t: &Tag) -> (bool, bool, bool) {
-    let c = store.contains(t).expect("contains");
-    let subjects: Vec<String> = store
-        .find_subjects(&t.object, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_subjects");
-    let objects: Vec<String> = store
-        .find_objects(&t.subject, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_objects");
-    (
-        c,
-        subjects.contains(&t.subject),
-        objects.contains(&t.object),
-    )
-}
-
-/// Asserts the tag is in both halves or neither; returns which.
-fn whole(store: &Store, t: &Tag, when: &str) -> bool {
-    let (c, o, s) = halves(store, t);
-    assert!(
-        c == o && c == s,
-        "{when}: {t:?} is torn: contains={c}, object half={o}, subject half={s}"
-    );
-    c
-}
-
-fn assert_check_ok(store: &Store, when: &str) {
-    let r = store.check().expect("check runs");
-    assert!(r.ok(), "check() {when}: {:?}", r.faults);
-}
-
-/// The store holds exactly `want` (export, both halves, len, check).
-fn assert_exactly(store: &Store, want: &BTreeSet<Tag>, when: &str) {
-    let got: BTreeSet<Tag> = store
-        .tags()
-        .collect::<Result<_, _>>()
-        .expect("tags() export");
-    let missing: Vec<&Tag> = want.difference(&got).collect();
-    let extra: Vec<&Tag> = got.difference(want).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "{when}: missing {missing:?}, unexpected {extra:?}"
-    );
-    assert_eq!(store.len(), want.len() as u64, "len() {when}");
-    for t in want {
-        assert!(whole(store, t, when), "{when}: {t:?} missing");
-    }
-    assert_check_ok(store, when);
 }
 
 /// Copies of the durable state taken by the sync hook.
@@ -122,6 +77,8 @@ struct Durable {
     store_syncs: usize,
 }
 
+/// Installs a sync hook on `store` (at `path`) that records the durable
+/// state into the returned [`Durable`].
 fn record(store: &Store, path: &Path) -> Arc<Mutex<Durable>> {
     let d = Arc::new(Mutex::new(Durable {
         store: fs::read(path).expect("read store"),
@@ -145,6 +102,7 @@ fn record(store: &Store, path: &Path) -> Arc<Mutex<Durable>> {
     d
 }
 
+/// Takes what the recorder holds, leaving it empty.
 fn take(d: &Arc<Mutex<Durable>>) -> Durable {
     std::mem::take(&mut *d.lock().unwrap_or_else(|e| e.into_inner()))
 }
@@ -157,6 +115,22 @@ fn disk(dir: &Path, name: &str, store: &[u8], journal: Option<&[u8]>) -> PathBuf
         fs::write(journal_path(&path), j).expect("write journal image");
     }
     path
+}
+
+/// Writes the disk `image` (store file, journal) as `dir/name` (see
+/// [`disk`]), opens it and asserts it holds exactly `want`; returns the
+/// opened store and its path.
+fn recover(
+    dir: &Path,
+    name: &str,
+    image: (&[u8], Option<&[u8]>),
+    want: &BTreeSet<Tag>,
+    when: &str,
+) -> (Store, PathBuf) {
+    let path = disk(dir, name, image.0, image.1);
+    let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: open did not recover: {e}"));
+    assert_exactly(&s, want, when);
+    (s, path)
 }
 
 /// Byte offsets where each complete commit of a journal starts, plus the end.
@@ -175,47 +149,95 @@ fn commit_bounds(j: &[u8]) -> Vec<usize> {
     out
 }
 
-/// Creates a store in Immediate mode and inserts `ops` one call each,
-/// recording the durable state. Returns (store, recorder, path).
-fn immediate_store(dir: &Path, seed: u64) -> (Store, Arc<Mutex<Durable>>, PathBuf) {
-    let path = dir.join(format!("s{seed}.tags"));
-    let store = Store::create(&path, &opts(seed)).expect("create");
-    let d = record(&store, &path);
+/// Creates a store at `path` with `opts(seed)` in `mode` and inserts
+/// `initial`, one call each, every one new.
+fn create_in(path: &Path, seed: u64, mode: Durability, initial: &[Tag]) -> Store {
+    let store = Store::create(path, &opts(seed)).expect("create");
+    store.set_durability(mode).expect("set_durability");
+    for t in initial {
+        assert!(store.insert(t).expect("insert"), "{t:?} was already there");
+    }
     store
-        .set_durability(Durability::Immediate)
-        .expect("set_durability");
-    (store, d, path)
+}
+
+/// Creates a store at `path` with `opts(seed)`, records its durable state
+/// (see [`record`]) and sets `mode`.
+fn recorded(path: &Path, seed: u64, mode: Durability) -> (Store, Arc<Mutex<Durable>>) {
+    let store = Store::create(path, &opts(seed)).expect("create");
+    let d = record(&store, path);
+    store.set_durability(mode).expect("set_durability");
+    (store, d)
+}
+
+/// Abandons `store` (recorded by `d`) and writes the disk a power cut
+/// leaves, the store file and the journal as last fsynced, as `dir/name`;
+/// returns what the recorder held and the image's store path.
+fn power_cut(dir: &Path, name: &str, store: Store, d: &Arc<Mutex<Durable>>) -> (Durable, PathBuf) {
+    store.abandon();
+    let rec = take(d);
+    let journal = rec.journals.last().expect("journal");
+    let path = disk(dir, name, &rec.store, Some(journal));
+    (rec, path)
+}
+
+/// What [`crashed`] leaves.
+struct Crashed {
+    /// The durable state the recorder took.
+    rec: Durable,
+    /// The last durable journal.
+    journal: Vec<u8>,
+    /// The store file as the crash left it (journal not yet applied).
+    live: Vec<u8>,
+    /// The store path.
+    path: PathBuf,
+}
+
+/// A recorded Immediate-mode store `s{seed}.tags` in `dir` that inserts
+/// `inserts` and then deletes `deletes`, one call each (every call must
+/// change the store), and is abandoned.
+fn crashed(dir: &Path, seed: u64, inserts: &[Tag], deletes: &[Tag]) -> Crashed {
+    let path = dir.join(format!("s{seed}.tags"));
+    let (store, d) = recorded(&path, seed, Durability::Immediate);
+    for t in inserts {
+        assert!(store.insert(t).expect("insert"), "{t:?} was already there");
+    }
+    for t in deletes {
+        assert!(store.delete(t).expect("delete"), "{t:?} was not there");
+    }
+    store.abandon();
+    let rec = take(&d);
+    let journal = rec.journals.last().expect("journal").clone();
+    let live = fs::read(&path).expect("read the live store file");
+    Crashed {
+        rec,
+        journal,
+        live,
+        path,
+    }
 }
 
 #[test]
 fn torn_last_commit_is_dropped() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, d, _) = immediate_store(dir.path(), 11);
     let all = tags(0..12);
-    for t in &all {
-        assert!(store.insert(t).expect("insert"));
-    }
-    store.abandon();
-    let rec = take(&d);
+    let Crashed { rec, journal, .. } = crashed(dir.path(), 11, &all, &[]);
     assert_eq!(rec.journals.len(), all.len(), "one commit per insert");
-    let journal = rec.journals.last().expect("journal").clone();
     let bounds = commit_bounds(&journal);
     assert_eq!(bounds.len(), all.len() + 1, "commits parse");
     let (last, end) = (bounds[bounds.len() - 2], bounds[bounds.len() - 1]);
     // Cut inside the header, inside the first image, one byte short, and
     // the whole commit there but one bit of its CRC flipped.
     let cuts = [last + 5, last + 40, (last + end) / 2, end - 1];
+    let want: BTreeSet<Tag> = all[..all.len() - 1].iter().cloned().collect();
     for (i, cut) in cuts.iter().enumerate() {
         // The store file as last fsynced: nothing of the journal applied.
-        let path = disk(
+        let (s, _) = recover(
             dir.path(),
             &format!("cut{i}.tags"),
-            &rec.store,
-            Some(&journal[..*cut]),
+            (&rec.store, Some(&journal[..*cut])),
+            &want,
+            &format!("journal cut at byte {cut} of {end}"),
         );
-        let s = Store::open(&path).expect("open recovers");
-        let want: BTreeSet<Tag> = all[..all.len() - 1].iter().cloned().collect();
-        assert_exactly(&s, &want, &format!("journal cut at byte {cut} of {end}"));
         assert!(
             !whole(&s, &all[all.len() - 1], "torn commit"),
             "a torn commit was applied"
@@ -224,19 +246,30 @@ fn torn_last_commit_is_dropped() {
     }
     let mut bad_crc = journal.clone();
     bad_crc[end - 8] ^= 0x01;
-    let path = disk(dir.path(), "crc.tags", &rec.store, Some(&bad_crc));
-    let s = Store::open(&path).expect("open recovers");
-    let want: BTreeSet<Tag> = all[..all.len() - 1].iter().cloned().collect();
-    assert_exactly(&s, &want, "last commit with a bad CRC");
-    drop(s);
+    let image = (&rec.store[..], Some(&bad_crc[..]));
+    drop(
+        recover(
+            dir.path(),
+            "crc.tags",
+            image,
+            &want,
+            "last commit with a bad CRC",
+        )
+        .0,
+    );
     // A damaged commit in the middle: it and everything after are dropped.
     let mut mid = journal.clone();
     let k = 5;
     mid[bounds[k] + 32 + 8 + 100] ^= 0xFF;
-    let path = disk(dir.path(), "mid.tags", &rec.store, Some(&mid));
-    let s = Store::open(&path).expect("open recovers");
     let want: BTreeSet<Tag> = all[..k].iter().cloned().collect();
-    assert_exactly(&s, &want, "damaged commit in the middle");
+    let image = (&rec.store[..], Some(&mid[..]));
+    let (s, path) = recover(
+        dir.path(),
+        "mid.tags",
+        image,
+        &want,
+        "damaged commit in the middle",
+    );
     // The journal is gone once recovered, and the store is usable.
     assert!(
         !journal_path(&path).exists()
@@ -251,32 +284,23 @@ fn torn_last_commit_is_dropped() {
 fn foreign_journal_is_never_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Store X: some tags, left unclean by a crash.
-    let (x, dx, xpath) = immediate_store(dir.path(), 21);
     let xs = tags(0..10);
-    for t in &xs {
-        x.insert(t).expect("insert");
-    }
-    x.abandon();
-    let xrec = take(&dx);
-    let x_journal = xrec.journals.last().expect("journal").clone();
-    let x_live = fs::read(&xpath).expect("read x");
+    let x = crashed(dir.path(), 21, &xs, &[]);
+    let (xrec, x_journal, x_live) = (x.rec, x.journal, x.live);
     // Store Y: same geometry, other seed; its images would fit X's blocks.
-    let (y, dy, _) = immediate_store(dir.path(), 22);
-    for t in tags(50..80) {
-        y.insert(&t).expect("insert");
-    }
     // Delete some too, so Y's images empty blocks X uses.
-    for t in tags(50..60) {
-        y.delete(&t).expect("delete");
-    }
-    y.abandon();
-    let y_journal = take(&dy).journals.last().expect("journal").clone();
+    let y_journal = crashed(dir.path(), 22, &tags(50..80), &tags(50..60)).journal;
     let want: BTreeSet<Tag> = xs.iter().cloned().collect();
 
     // Y's journal alone beside X's (applied) store file.
-    let path = disk(dir.path(), "a.tags", &x_live, Some(&y_journal));
-    let s = Store::open(&path).expect("open ignores a foreign journal");
-    assert_exactly(&s, &want, "foreign journal beside the store");
+    let image = (&x_live[..], Some(&y_journal[..]));
+    let (s, _) = recover(
+        dir.path(),
+        "a.tags",
+        image,
+        &want,
+        "foreign journal beside the store",
+    );
     for t in tags(60..80) {
         assert!(!whole(&s, &t, "foreign journal"), "{t:?} leaked in");
     }
@@ -286,18 +310,17 @@ fn foreign_journal_is_never_applied() {
     // file is the one last fsynced, so X's tags must come from the journal.
     let mut both = x_journal.clone();
     both.extend_from_slice(&y_journal);
-    let path = disk(dir.path(), "b.tags", &xrec.store, Some(&both));
-    let s = Store::open(&path).expect("open");
-    assert_exactly(&s, &want, "own commits followed by foreign ones");
-    drop(s);
+    let image = (&xrec.store[..], Some(&both[..]));
+    let when = "own commits followed by foreign ones";
+    drop(recover(dir.path(), "b.tags", image, &want, when).0);
 
     // Y's commits first: nothing after a foreign commit is applied, and X's
     // store file as last written still opens consistently.
     let mut first = y_journal.clone();
     first.extend_from_slice(&x_journal);
-    let path = disk(dir.path(), "c.tags", &x_live, Some(&first));
-    let s = Store::open(&path).expect("open");
-    assert_exactly(&s, &want, "foreign commits before own ones");
+    let image = (&x_live[..], Some(&first[..]));
+    let when = "foreign commits before own ones";
+    let (s, _) = recover(dir.path(), "c.tags", image, &want, when);
     s.close().expect("close");
 }
 
@@ -307,42 +330,21 @@ fn foreign_journal_is_never_applied() {
 #[test]
 fn stale_journal_at_create_does_not_hide_new_commits() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (old, _d, path) = immediate_store(dir.path(), 31);
-    for t in tags(0..5) {
-        old.insert(&t).expect("insert");
-    }
-    old.abandon();
+    let path = crashed(dir.path(), 31, &tags(0..5), &[]).path;
     assert!(
         journal_path(&path).exists(),
         "the crashed store left its journal"
     );
     fs::remove_file(&path).expect("remove the old store file only");
 
-    let store = Store::create(
-        &path,
-        &CreateOptions {
-            seed: Some(32),
-            ..opts(0)
-        },
-    )
-    .expect("create over the old name");
-    let d = record(&store, &path);
-    store
-        .set_durability(Durability::Immediate)
-        .expect("set_durability");
+    // Created over the old name.
+    let (store, d) = recorded(&path, 32, Durability::Immediate);
     let acked = tags(100..110);
     for t in &acked {
         assert!(store.insert(t).expect("insert"));
     }
-    store.abandon();
-    let rec = take(&d);
     // Power cut: the store file as last fsynced, the journal as last fsynced.
-    let img = disk(
-        dir.path(),
-        "power-cut.tags",
-        &rec.store,
-        Some(rec.journals.last().expect("journal")),
-    );
+    let (_, img) = power_cut(dir.path(), "power-cut.tags", store, &d);
     let s = Store::open(&img).expect("open recovers");
     assert_exactly(
         &s,
@@ -354,15 +356,10 @@ fn stale_journal_at_create_does_not_hide_new_commits() {
 #[test]
 fn garbled_block_is_repaired_from_the_journal() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, d, path) = immediate_store(dir.path(), 41);
     let all = tags(0..40);
-    for t in &all {
-        store.insert(t).expect("insert");
-    }
-    store.abandon();
-    let rec = take(&d);
-    let journal = rec.journals.last().expect("journal").clone();
-    let live = fs::read(&path).expect("read live");
+    let Crashed {
+        rec, journal, live, ..
+    } = crashed(dir.path(), 41, &all, &[]);
     // Blocks that differ from the last fsynced store file are all in the
     // journal; tear each of them in turn.
     let zero = [0u8; PAGE];
@@ -397,9 +394,9 @@ fn garbled_block_is_repaired_from_the_journal() {
                 img[at + 512..at + PAGE].copy_from_slice(&old);
             }
         }
-        let p = disk(dir.path(), &format!("torn{b}.tags"), &img, Some(&journal));
-        let s = Store::open(&p).unwrap_or_else(|e| panic!("open with block {b} torn: {e}"));
-        assert_exactly(&s, &want, &format!("block {b} torn"));
+        let name = format!("torn{b}.tags");
+        let image = (&img[..], Some(&journal[..]));
+        let (s, p) = recover(dir.path(), &name, image, &want, &format!("block {b} torn"));
         assert!(
             fs::read(&p).expect("read")[at..at + PAGE] == live[at..at + PAGE],
             "block {b} should be restored to its journaled image"
@@ -411,24 +408,13 @@ fn garbled_block_is_repaired_from_the_journal() {
 #[test]
 fn read_only_open_recovers_a_pending_journal() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, d, path) = immediate_store(dir.path(), 51);
     let all = tags(0..30);
-    for t in &all {
-        store.insert(t).expect("insert");
-    }
-    for t in &all[..10] {
-        store.delete(t).expect("delete");
-    }
-    store.abandon();
+    let crash = crashed(dir.path(), 51, &all, &all[..10]);
+    let journal = crash.journal;
     let want: BTreeSet<Tag> = all[10..].iter().cloned().collect();
-    let rec = take(&d);
-    let journal = rec.journals.last().expect("journal").clone();
     // The live files after a process crash, and the last fsynced store
     // file (nothing applied) after a power cut.
-    for (name, img) in [
-        ("live", fs::read(&path).expect("read")),
-        ("synced", rec.store.clone()),
-    ] {
+    for (name, img) in [("live", crash.live), ("synced", crash.rec.store)] {
         let p = disk(dir.path(), &format!("ro-{name}.tags"), &img, Some(&journal));
         let s = Store::open_read_only(&p)
             .unwrap_or_else(|e| panic!("open_read_only ({name}) with a pending journal: {e}"));
@@ -462,21 +448,11 @@ fn read_only_open_recovers_a_pending_journal() {
 #[test]
 fn replaying_a_journal_twice_is_harmless() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (store, d, _) = immediate_store(dir.path(), 61);
     let all = tags(0..40);
-    for t in &all {
-        store.insert(t).expect("insert");
-    }
-    for t in &all[..15] {
-        store.delete(t).expect("delete");
-    }
-    store.abandon();
-    let rec = take(&d);
-    let journal = rec.journals.last().expect("journal").clone();
-    let p = disk(dir.path(), "twice.tags", &rec.store, Some(&journal));
+    let Crashed { rec, journal, .. } = crashed(dir.path(), 61, &all, &all[..15]);
     let want: BTreeSet<Tag> = all[15..].iter().cloned().collect();
-    let s = Store::open(&p).expect("first recovery");
-    assert_exactly(&s, &want, "first recovery");
+    let image = (&rec.store[..], Some(&journal[..]));
+    let (s, p) = recover(dir.path(), "twice.tags", image, &want, "first recovery");
     s.abandon();
     fs::write(journal_path(&p), &journal).expect("put the journal back");
     let s = Store::open(&p).expect("second recovery");
@@ -488,14 +464,8 @@ fn replaying_a_journal_twice_is_harmless() {
 fn on_sync_changes_not_synced_are_wholly_absent_after_abandon() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("onsync.tags");
-    let store = Store::create(&path, &opts(71)).expect("create");
-    store
-        .set_durability(Durability::OnSync)
-        .expect("set_durability");
     let synced = tags(0..30);
-    for t in &synced {
-        store.insert(t).expect("insert");
-    }
+    let store = create_in(&path, 71, Durability::OnSync, &synced);
     store.sync().expect("sync");
     let len_synced = fs::metadata(&path).expect("meta").len();
     // Unsynced: many tags on the peak (links secondary buckets, grows the
@@ -537,10 +507,7 @@ fn on_sync_changes_not_synced_are_wholly_absent_after_abandon() {
 fn immediate_changes_are_present_after_abandon() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("imm.tags");
-    let store = Store::create(&path, &opts(81)).expect("create");
-    store
-        .set_durability(Durability::Immediate)
-        .expect("set_durability");
+    let store = create_in(&path, 81, Durability::Immediate, &[]);
     let mut want = BTreeSet::new();
     for i in 0..150usize {
         let t = if i.is_multiple_of(3) {
@@ -609,27 +576,25 @@ fn insert_with_immediate_in_none_mode_is_durable() {
     store.abandon();
 
     // Power cut right after insert_with returned: the file as fsynced.
-    let p = disk(dir.path(), "cut1.tags", &at_insert.store, None);
-    let s = Store::open(&p).expect("open");
     let mut want: BTreeSet<Tag> = before.iter().cloned().collect();
     want.insert(key.clone());
-    assert_exactly(&s, &want, "power cut after insert_with(Immediate)");
-    drop(s);
+    let (image, when) = (
+        (&at_insert.store[..], None),
+        "power cut after insert_with(Immediate)",
+    );
+    drop(recover(dir.path(), "cut1.tags", image, &want, when).0);
     // Power cut right after delete_with returned.
-    let p = disk(dir.path(), "cut2.tags", &at_delete.store, None);
-    let s = Store::open(&p).expect("open");
     want.extend(tags(20..30));
     want.remove(&before[0]);
-    assert_exactly(&s, &want, "power cut after delete_with(Immediate)");
-    drop(s);
+    let (image, when) = (
+        (&at_delete.store[..], None),
+        "power cut after delete_with(Immediate)",
+    );
+    drop(recover(dir.path(), "cut2.tags", image, &want, when).0);
 
     // OnSync: insert_with(Immediate) makes the pending changes durable too.
     let path = dir.path().join("onsync.tags");
-    let store = Store::create(&path, &opts(92)).expect("create");
-    let d = record(&store, &path);
-    store
-        .set_durability(Durability::OnSync)
-        .expect("set_durability");
+    let (store, d) = recorded(&path, 92, Durability::OnSync);
     let pending = tags(0..15);
     for t in &pending {
         store.insert(t).expect("insert");
@@ -638,18 +603,11 @@ fn insert_with_immediate_in_none_mode_is_durable() {
         .insert_with(&key, Some(Durability::Immediate))
         .expect("insert_with");
     store.insert(&tag(77)).expect("insert");
-    store.abandon();
-    let rec = take(&d);
+    let (rec, p) = power_cut(dir.path(), "cut3.tags", store, &d);
     assert_eq!(
         rec.journals.len(),
         1,
         "one commit for insert_with(Immediate)"
-    );
-    let p = disk(
-        dir.path(),
-        "cut3.tags",
-        &rec.store,
-        Some(rec.journals.last().expect("journal")),
     );
     let s = Store::open(&p).expect("open");
     let mut want: BTreeSet<Tag> = pending.iter().cloned().collect();
@@ -672,14 +630,8 @@ fn immediate_batch_cut_mid_tag_leaves_every_tag_whole() {
         for k in [5u64, 6] {
             let dir = tempfile::tempdir().expect("tempdir");
             let path = dir.path().join("batch.tags");
-            let store = Store::create(&path, &opts(101)).expect("create");
-            store
-                .set_durability(Durability::Immediate)
-                .expect("set_durability");
             let base = tags(0..10);
-            for t in &base {
-                store.insert(t).expect("insert");
-            }
+            let store = create_in(&path, 101, Durability::Immediate, &base);
             let batch = if insert {
                 tags(20..24)
             } else {

@@ -67,6 +67,9 @@
 //! failure). Scratch files go to /dev/shm when it exists (the simulation
 //! needs no real fsync; set `TAGSTORE_CRASH_DIR` to choose another place).
 
+mod common;
+
+use common::crash::{mode_tests, panic_message, Rng};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
@@ -83,44 +86,17 @@ const J_ENTRY: usize = 8 + PAGE;
 
 // ---------------------------------------------------------------- helpers
 
-/// splitmix64: small, seedable, good enough to drive a simulation.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (0 when n is 0).
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
+/// The environment variable `name` as a number, if set and valid.
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
+/// Cases per mode (`TAGSTORE_CRASH_CASES`, default 120).
 fn cases() -> u64 {
     env_u64("TAGSTORE_CRASH_CASES").unwrap_or(120)
 }
 
+/// A scratch directory, in /dev/shm when it exists (`TAGSTORE_CRASH_DIR` overrides).
 fn scratch() -> tempfile::TempDir {
     let base = std::env::var_os("TAGSTORE_CRASH_DIR")
         .map(PathBuf::from)
@@ -133,14 +109,17 @@ fn scratch() -> tempfile::TempDir {
     .expect("scratch directory")
 }
 
+/// Locks `m`, taking over a poisoned lock.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The file at `path`, or nothing when it is missing.
 fn read(path: &Path) -> Vec<u8> {
     fs::read(path).unwrap_or_default()
 }
 
+/// A random tag over a small key space, with a "hub" peak subject.
 fn random_tag(rng: &mut Rng) -> Tag {
     let o = rng.below(24);
     let r = rng.below(3);
@@ -153,6 +132,7 @@ fn random_tag(rng: &mut Rng) -> Tag {
     Tag::new(format!("o{o}"), format!("r{r}"), s)
 }
 
+/// The first eight tags of `tags` for a message, and how many more.
 fn show(tags: &BTreeSet<Tag>) -> String {
     let v: Vec<String> = tags
         .iter()
@@ -192,48 +172,8 @@ fn observe(store: &Store, extra: &BTreeSet<Tag>) -> Result<BTreeSet<Tag>, String
         ));
     }
     let all: BTreeSet<&Tag> = set.iter().chain(extra.iter()).collect();
-    let obj_keys: BTreeSet<(&str, &str)> = all
-        .iter()
-        .map(|t| (t.object.as_str(), t.relationship.as_str()))
-        .collect();
-    let subj_keys: BTreeSet<(&str, &str)> = all
-        .iter()
-        .map(|t| (t.subject.as_str(), t.relationship.as_str()))
-        .collect();
-    let mut object_half = BTreeSet::new();
-    for (o, r) in obj_keys {
-        let subjects: Vec<String> = store
-            .find_subjects(o, r)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("find_subjects({o}, {r}) failed: {e}"))?;
-        let n = subjects.len();
-        for s in subjects {
-            object_half.insert(Tag::new(o, r, s));
-        }
-        let distinct = object_half
-            .iter()
-            .filter(|t| t.object == o && t.relationship == r);
-        if distinct.count() != n {
-            return Err(format!("find_subjects({o}, {r}) returned a subject twice"));
-        }
-    }
-    let mut subject_half = BTreeSet::new();
-    for (s, r) in subj_keys {
-        let objects: Vec<String> = store
-            .find_objects(s, r)
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("find_objects({s}, {r}) failed: {e}"))?;
-        let n = objects.len();
-        for o in objects {
-            subject_half.insert(Tag::new(o, r, s));
-        }
-        let distinct = subject_half
-            .iter()
-            .filter(|t| t.subject == s && t.relationship == r);
-        if distinct.count() != n {
-            return Err(format!("find_objects({s}, {r}) returned an object twice"));
-        }
-    }
+    let object_half = read_half(store, &all, false)?;
+    let subject_half = read_half(store, &all, true)?;
     if object_half != set {
         return Err(format!(
             "object half (find_subjects) and export disagree: only in the object half {}, only in the export {}",
@@ -266,6 +206,68 @@ fn observe(store: &Store, extra: &BTreeSet<Tag>) -> Result<BTreeSet<Tag>, String
     Ok(set)
 }
 
+/// One half of the store as FIND reads it, for the keys of the tags in
+/// `all`: the object half (every `find_subjects(o, r)`) or, `by_subject`,
+/// the subject half (every `find_objects(s, r)`). Fails if a FIND fails or
+/// returns a value twice.
+fn read_half(
+    store: &Store,
+    all: &BTreeSet<&Tag>,
+    by_subject: bool,
+) -> Result<BTreeSet<Tag>, String> {
+    let (call, value) = if by_subject {
+        ("find_objects", "an object")
+    } else {
+        ("find_subjects", "a subject")
+    };
+    let keys: BTreeSet<(&str, &str)> = all
+        .iter()
+        .map(|t| {
+            let key = if by_subject { &t.subject } else { &t.object };
+            (key.as_str(), t.relationship.as_str())
+        })
+        .collect();
+    let mut half = BTreeSet::new();
+    for (k, r) in keys {
+        let found: Result<Vec<String>, _> = if by_subject {
+            store.find_objects(k, r).collect()
+        } else {
+            store.find_subjects(k, r).collect()
+        };
+        let found = found.map_err(|e| format!("{call}({k}, {r}) failed: {e}"))?;
+        let n = found.len();
+        let distinct: BTreeSet<String> = found.into_iter().collect();
+        if distinct.len() != n {
+            return Err(format!("{call}({k}, {r}) returned {value} twice"));
+        }
+        half.extend(distinct.into_iter().map(|v| {
+            if by_subject {
+                Tag::new(v, r, k)
+            } else {
+                Tag::new(k, r, v)
+            }
+        }));
+    }
+    Ok(half)
+}
+
+/// `(want − seen, seen − want)`, each leaving out the tags in `skip`;
+/// `None` when both are empty.
+fn differences(
+    want: &BTreeSet<Tag>,
+    seen: &BTreeSet<Tag>,
+    skip: &BTreeSet<Tag>,
+) -> Option<(BTreeSet<Tag>, BTreeSet<Tag>)> {
+    let only = |a: &BTreeSet<Tag>, b: &BTreeSet<Tag>| -> BTreeSet<Tag> {
+        a.difference(b)
+            .filter(|t| !skip.contains(*t))
+            .cloned()
+            .collect()
+    };
+    let (missing, extra) = (only(want, seen), only(seen, want));
+    (!missing.is_empty() || !extra.is_empty()).then_some((missing, extra))
+}
+
 // ------------------------------------------------------------ images
 
 /// What a recovered image must hold.
@@ -282,37 +284,16 @@ struct Expect {
 }
 
 impl Expect {
+    /// Whether `seen` keeps the promise and the design's exact state.
     fn judge(&self, seen: &BTreeSet<Tag>) -> Result<(), String> {
-        let lost: BTreeSet<Tag> = self
-            .acked
-            .difference(seen)
-            .filter(|t| !self.dirty.contains(*t))
-            .cloned()
-            .collect();
-        let back: BTreeSet<Tag> = seen
-            .difference(&self.acked)
-            .filter(|t| !self.dirty.contains(*t))
-            .cloned()
-            .collect();
-        if !lost.is_empty() || !back.is_empty() {
+        if let Some((lost, back)) = differences(&self.acked, seen, &self.dirty) {
             return Err(format!(
                 "PROMISE BROKEN: acknowledged inserts missing {}, acknowledged deletes undone {}",
                 show(&lost),
                 show(&back)
             ));
         }
-        let missing: BTreeSet<Tag> = self
-            .exact
-            .difference(seen)
-            .filter(|t| !self.either.contains(*t))
-            .cloned()
-            .collect();
-        let extra: BTreeSet<Tag> = seen
-            .difference(&self.exact)
-            .filter(|t| !self.either.contains(*t))
-            .cloned()
-            .collect();
-        if !missing.is_empty() || !extra.is_empty() {
+        if let Some((missing, extra)) = differences(&self.exact, seen, &self.either) {
             return Err(format!(
                 "state differs from the durable journal/model: missing {} (unacknowledged among them: {}), unexpected {}",
                 show(&missing),
@@ -323,6 +304,7 @@ impl Expect {
         Ok(())
     }
 
+    /// Every tag this expectation speaks of.
     fn all_tags(&self) -> BTreeSet<Tag> {
         let mut a = self.exact.clone();
         a.extend(self.acked.iter().cloned());
@@ -528,6 +510,7 @@ fn journal_tail(rng: &mut Rng, journal: &[u8], store_seed: u64) -> Vec<u8> {
     }
 }
 
+/// The hash seed recorded in a store file's superblock (0 if too short).
 fn store_seed(store: &[u8]) -> u64 {
     store
         .get(40..48)
@@ -615,6 +598,28 @@ impl Shared {
             journal,
             expect,
         });
+    }
+
+    /// Starts call `op` labelled `label`: the model moves on and its tags
+    /// are dirty; returns the model before it.
+    fn begin(&mut self, op: &Op, label: &str) -> BTreeSet<Tag> {
+        self.label = label.to_string();
+        let before = self.model.clone();
+        self.model = op.apply(&before);
+        self.dirty.extend(op.tags());
+        before
+    }
+
+    /// After the store at `path` was recovered or closed cleanly holding
+    /// `state`: all of it is durable, the journal empty.
+    fn settle(&mut self, state: BTreeSet<Tag>) {
+        self.model = state.clone();
+        self.committed = state.clone();
+        self.acked = state;
+        self.dirty.clear();
+        self.journal.clear();
+        self.checkpointed = false;
+        self.store_synced = read(&self.path);
     }
 
     fn wants_capture(&mut self) -> bool {
@@ -710,6 +715,7 @@ impl Shared {
     }
 }
 
+/// Installs the sync hook that feeds `sh` on `store`.
 fn install_hook(store: &Store, sh: &Arc<Mutex<Shared>>) {
     let sh = Arc::clone(sh);
     store.set_sync_hook(Some(Box::new(move |p: SyncPoint| {
@@ -833,6 +839,7 @@ impl Op {
     }
 }
 
+/// `n` distinct random tags.
 fn distinct_tags(rng: &mut Rng, n: usize) -> Vec<Tag> {
     let mut v: Vec<Tag> = Vec::new();
     while v.len() < n {
@@ -844,6 +851,7 @@ fn distinct_tags(rng: &mut Rng, n: usize) -> Vec<Tag> {
     v
 }
 
+/// A random call for `mode`, given the tags stored (`model`).
 fn pick_op(rng: &mut Rng, mode: Durability, model: &BTreeSet<Tag>) -> Op {
     let present = |rng: &mut Rng| -> Option<Tag> {
         (!model.is_empty()).then(|| {
@@ -1006,14 +1014,7 @@ impl Case {
 
     /// Runs one call, keeping the model and the acknowledgement state.
     fn step(&mut self, store: &Store, op: &Op, label: String) {
-        let before = {
-            let mut s = self.shared();
-            s.label = label.clone();
-            let before = s.model.clone();
-            s.model = op.apply(&before);
-            s.dirty.extend(op.tags());
-            before
-        };
+        let before = self.shared().begin(op, &label);
         if let Err(e) = op.run(store, &before) {
             self.fail(&label, e);
         }
@@ -1046,12 +1047,8 @@ impl Case {
         let label = format!("{label} cut at write {k}");
         let before = {
             let mut s = self.shared();
-            s.label = label.clone();
-            let before = s.model.clone();
-            s.model = op.apply(&before);
-            s.dirty.extend(op.tags());
             s.cutting = op.tags().into_iter().collect();
-            before
+            s.begin(op, &label)
         };
         store.fail_after_writes(Some(k));
         let r = op.run(&store, &before);
@@ -1092,16 +1089,7 @@ impl Case {
         if let Err(e) = expect.judge(&seen) {
             self.fail(&format!("{label}, reopened in place"), e);
         }
-        {
-            let mut s = self.shared();
-            s.model = seen.clone();
-            s.committed = seen.clone();
-            s.acked = seen;
-            s.dirty.clear();
-            s.journal.clear();
-            s.checkpointed = false;
-            s.store_synced = read(&self.path);
-        }
+        self.shared().settle(seen);
         self.start(store)
     }
 
@@ -1114,12 +1102,8 @@ impl Case {
         self.drain();
         {
             let mut s = self.shared();
-            s.committed = s.model.clone();
-            s.acked = s.model.clone();
-            s.dirty.clear();
-            s.journal.clear();
-            s.checkpointed = false;
-            s.store_synced = read(&self.path);
+            let state = s.model.clone();
+            s.settle(state);
         }
         let store = match Store::open(&self.path) {
             Ok(s) => s,
@@ -1209,6 +1193,7 @@ fn run_case(seed: u64, mode: Durability) -> Tally {
     case.tally()
 }
 
+/// The number that marks a mode in case seeds.
 fn mode_tag(mode: Durability) -> u64 {
     match mode {
         Durability::Immediate => 1,
@@ -1217,6 +1202,7 @@ fn mode_tag(mode: Durability) -> u64 {
     }
 }
 
+/// Runs every case of `mode` (or only `TAGSTORE_CRASH_SEED`), listing the failures together.
 fn run_mode(mode: Durability) {
     let tag = mode_tag(mode) << 32;
     let base = env_u64("TAGSTORE_CRASH_BASE").unwrap_or(0) << 40;
@@ -1234,12 +1220,7 @@ fn run_mode(mode: Durability) {
         let c = match std::panic::catch_unwind(|| run_case(seed, mode)) {
             Ok(c) => c,
             Err(p) => {
-                let msg = p
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "panic".into());
-                failed.push(msg);
+                failed.push(panic_message(&*p));
                 continue;
             }
         };
@@ -1265,19 +1246,10 @@ fn run_mode(mode: Durability) {
     }
 }
 
-#[test]
-fn power_loss_immediate() {
-    run_mode(Durability::Immediate);
-}
-
-#[test]
-fn power_loss_on_sync() {
-    run_mode(Durability::OnSync);
-}
-
-#[test]
-fn process_crash_none() {
-    run_mode(Durability::None);
+mode_tests! { run_mode;
+    power_loss_immediate => Durability::Immediate,
+    power_loss_on_sync => Durability::OnSync,
+    process_crash_none => Durability::None,
 }
 
 /// Drives an OnSync store past the 64 MB journal checkpoint: crash points
@@ -1355,6 +1327,7 @@ fn crash_around_a_checkpoint() {
     assert!(t.images >= 6, "too few crash points around the checkpoint");
 }
 
+/// `n` distinct random tags spread over many keys (large commits).
 fn distinct_wide_tags(rng: &mut Rng, n: usize) -> Vec<Tag> {
     let mut set = BTreeSet::new();
     while set.len() < n {

@@ -14,10 +14,15 @@
 //!   write, or in a hole of an existing secondary bucket.
 //! * After recovery the store is fully usable and `check()` is clean.
 
+mod common;
+
+use common::crash::{assert_exactly, numbered, whole};
 use std::collections::BTreeSet;
 use std::path::Path;
 use tagstore::{CreateOptions, Error, Store, Tag};
 
+/// Options for a small store of `primary` one-block primary buckets per
+/// half (one-block secondary buckets), hashed with `seed`.
 fn opts(primary: u32, seed: u64) -> CreateOptions {
     CreateOptions {
         expected_tags: 100,
@@ -28,52 +33,8 @@ fn opts(primary: u32, seed: u64) -> CreateOptions {
     }
 }
 
-fn assert_check_ok(store: &Store, when: &str) {
-    let r = store.check().expect("check runs");
-    assert!(r.ok(), "check() {when}: {:?}", r.faults);
-}
-
-/// (contains, in object half via find_subjects, in subject half via find_objects).
-fn halves(store: &Store, t: &Tag) -> (bool, bool, bool) {
-    let c = store.contains(t).expect("contains");
-    let subjects: Vec<String> = store
-        .find_subjects(&t.object, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_subjects");
-    let objects: Vec<String> = store
-        .find_objects(&t.subject, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_objects");
-    (
-        c,
-        subjects.iter().filter(|s| **s == t.subject).count() == 1,
-        objects.iter().filter(|o| **o == t.object).count() == 1,
-    )
-}
-
-/// The tag is in both halves or in neither; returns whether it is present.
-fn whole(store: &Store, t: &Tag, when: &str) -> bool {
-    let (c, o, s) = halves(store, t);
-    assert!(
-        c == o && c == s,
-        "{when}: tag {t:?} is torn: contains={c}, object half={o}, subject half={s}"
-    );
-    c
-}
-
-fn assert_exactly(store: &Store, want: &BTreeSet<Tag>, when: &str) {
-    assert_eq!(store.len(), want.len() as u64, "len() {when}");
-    let got: BTreeSet<Tag> = store
-        .tags()
-        .collect::<Result<_, _>>()
-        .expect("tags() export");
-    assert_eq!(&got, want, "tags() {when}");
-    for t in want {
-        assert!(whole(store, t, when), "{when}: {t:?} missing");
-    }
-    assert_check_ok(store, when);
-}
-
+/// Abandons `store` (an unclean shutdown) and reopens it, asserting the
+/// open noticed and recovered.
 fn reopen_unclean(store: Store, path: &Path) -> Store {
     store.abandon();
     let s = Store::open(path).expect("reopen after abandon");
@@ -81,22 +42,27 @@ fn reopen_unclean(store: Store, path: &Path) -> Store {
     s
 }
 
+/// Creates a store at `path` with `opts` (asserting it is not marked
+/// recovered) and inserts `tags` one call each, every one new; returns the
+/// store and the set of tags it holds.
+fn populated(path: &Path, opts: &CreateOptions, tags: Vec<Tag>) -> (Store, BTreeSet<Tag>) {
+    let store = Store::create(path, opts).expect("create");
+    assert!(!store.recovered_on_open(), "a new store marked recovered");
+    for t in &tags {
+        assert!(store.insert(t).expect("insert"), "{t:?} was already there");
+    }
+    (store, tags.into_iter().collect())
+}
+
 #[test]
 fn abandon_keeps_every_insert_and_delete() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("r.tags");
-    let store = Store::create(&path, &opts(3, 11)).expect("create");
-    assert!(!store.recovered_on_open());
-    let mut want = BTreeSet::new();
-    for i in 0..300 {
-        let t = Tag::new(format!("obj{i}"), "isa", format!("subj{}", i % 7));
-        assert!(store.insert(&t).expect("insert"));
-        want.insert(t);
-    }
-    for i in (0..300).step_by(5) {
-        let t = Tag::new(format!("obj{i}"), "isa", format!("subj{}", i % 7));
-        assert!(store.delete(&t).expect("delete"));
-        want.remove(&t);
+    let all = numbered("obj", "isa", "subj", 7, 0..300);
+    let (store, mut want) = populated(&path, &opts(3, 11), all.clone());
+    for t in all.iter().step_by(5) {
+        assert!(store.delete(t).expect("delete"));
+        want.remove(t);
     }
     assert!(
         store.stats().expect("stats").secondary_linked > 0,
@@ -122,26 +88,19 @@ fn abandon_keeps_every_insert_and_delete() {
 fn stale_table_image_is_not_trusted_after_a_later_crash() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("stale.tags");
-    let store = Store::create(&path, &opts(2, 12)).expect("create");
-    let mut want = BTreeSet::new();
-    for i in 0..80 {
-        let t = Tag::new(format!("a{i}"), "r", "hot");
-        store.insert(&t).expect("insert");
-        want.insert(t);
-    }
+    let all = numbered("a", "r", "hot", 0, 0..200);
+    let (store, mut want) = populated(&path, &opts(2, 12), all[..80].to_vec());
     store.close().expect("close");
     // Second session: the persisted tables go stale with these writes.
     let store = Store::open(&path).expect("open");
     assert!(!store.recovered_on_open());
-    for i in 80..200 {
-        let t = Tag::new(format!("a{i}"), "r", "hot");
-        store.insert(&t).expect("insert");
-        want.insert(t);
+    for t in &all[80..] {
+        store.insert(t).expect("insert");
+        want.insert(t.clone());
     }
-    for i in 0..40 {
-        let t = Tag::new(format!("a{i}"), "r", "hot");
-        store.delete(&t).expect("delete");
-        want.remove(&t);
+    for t in &all[..40] {
+        store.delete(t).expect("delete");
+        want.remove(t);
     }
     let store = reopen_unclean(store, &path);
     assert_exactly(&store, &want, "after crash following a clean session");
@@ -154,13 +113,7 @@ fn stale_table_image_is_not_trusted_after_a_later_crash() {
 fn read_only_open_recovers_an_unclean_store() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ro.tags");
-    let store = Store::create(&path, &opts(1, 13)).expect("create");
-    let mut want = BTreeSet::new();
-    for i in 0..60 {
-        let t = Tag::new(format!("o{i}"), "isa", format!("s{}", i % 3));
-        store.insert(&t).expect("insert");
-        want.insert(t);
-    }
+    let (store, want) = populated(&path, &opts(1, 13), numbered("o", "isa", "s", 3, 0..60));
     // Crash in the middle of an insert (intent and object half written).
     let t = Tag::new("inflight", "isa", "s0");
     store.fail_after_writes(Some(2));
@@ -283,6 +236,8 @@ fn setup(path: &Path, place: Place, insert: bool) -> (Store, BTreeSet<Tag>, Tag)
     (store, want, target)
 }
 
+/// Crashes an INSERT (`insert`) or DELETE at `place` after `n` writes, then
+/// checks recovery and that the store stays usable.
 fn crash_scenario(place: Place, insert: bool, n: u64) {
     let what = format!(
         "{} at {place:?}, crash after {n} writes",
@@ -424,13 +379,11 @@ fn kill_during_close_after_table_image_before_superblock() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("close.tags");
     // Enough primary buckets that the table image spans several blocks.
-    let store = Store::create(&path, &opts(1000, 41)).expect("create");
-    let mut want = BTreeSet::new();
-    for i in 0..200 {
-        let t = Tag::new(format!("o{i}"), "isa", "peak");
-        store.insert(&t).expect("insert");
-        want.insert(t);
-    }
+    let (store, want) = populated(
+        &path,
+        &opts(1000, 41),
+        numbered("o", "isa", "peak", 0, 0..200),
+    );
     let linked = store.stats().expect("stats").secondary_linked;
     assert!(linked > 0);
     store.close().expect("close");
@@ -460,13 +413,7 @@ fn kill_during_close_after_table_image_before_superblock() {
 fn torn_slot_write_is_repaired_by_the_intent_redo() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("torn.tags");
-    let store = Store::create(&path, &opts(4, 51)).expect("create");
-    let mut want = BTreeSet::new();
-    for i in 0..30 {
-        let t = Tag::new(format!("o{i}"), "isa", format!("s{}", i % 5));
-        store.insert(&t).expect("insert");
-        want.insert(t);
-    }
+    let (store, mut want) = populated(&path, &opts(4, 51), numbered("o", "isa", "s", 5, 0..30));
     let t = Tag::new("torn", "isa", "s1");
     store.fail_after_writes(Some(1)); // intent record only
     assert!(store.insert(&t).is_err());

@@ -33,20 +33,19 @@
 //! otherwise be inherited, still locked, by a child being spawned from
 //! another test thread.
 
+mod common;
+
+use common::crash::{assert_check_ok, mode_of, self_child, serial, whole, Rng};
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::sync::Mutex;
 use std::time::Duration;
-use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
+use tagstore::{journal_path, CreateOptions, Store, Tag};
 
 const CHILD_ENV: &str = "TAGSTORE_SIGKILL_CHILD";
 const MODE_ENV: &str = "TAGSTORE_SIGKILL_MODE";
 const START_ENV: &str = "TAGSTORE_SIGKILL_START";
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Operation `n` of the fixed sequence: (insert?, tag).
 fn op(n: u64) -> (bool, Tag) {
@@ -77,14 +76,6 @@ fn model(n: u64) -> BTreeSet<Tag> {
         }
     }
     m
-}
-
-fn mode_of(name: &str) -> Durability {
-    match name {
-        "immediate" => Durability::Immediate,
-        "none" => Durability::None,
-        other => panic!("unknown mode {other}"),
-    }
 }
 
 /// The child: runs operations from `START_ENV` on, acknowledging each.
@@ -124,18 +115,7 @@ fn sigkill_child() {
     }
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        (z ^ (z >> 31)) % n.max(1)
-    }
-}
-
+/// What the child reports on stdout.
 enum Event {
     Ready,
     Ack(u64),
@@ -150,24 +130,6 @@ fn copy_store(from: &Path, to: &Path) {
     }
 }
 
-/// (contains, in the object half, in the subject half).
-fn halves(store: &Store, t: &Tag) -> (bool, bool, bool) {
-    let c = store.contains(t).expect("contains");
-    let subjects: Vec<String> = store
-        .find_subjects(&t.object, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_subjects");
-    let objects: Vec<String> = store
-        .find_objects(&t.subject, &t.relationship)
-        .collect::<Result<_, _>>()
-        .expect("find_objects");
-    (
-        c,
-        subjects.contains(&t.subject),
-        objects.contains(&t.object),
-    )
-}
-
 /// Recovers a copy of the killed store and checks it; returns whether the
 /// in-flight operation took effect.
 fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
@@ -179,10 +141,10 @@ fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
     let before = model(done);
     let after = model(done + 1);
     let (_, in_flight) = op(done);
-    let (c, o, s) = halves(&store, &in_flight);
-    assert!(
-        c == o && c == s,
-        "{when}: the in-flight operation {done} on {in_flight:?} is torn: contains={c}, object half={o}, subject half={s}"
+    let c = whole(
+        &store,
+        &in_flight,
+        &format!("{when}: the in-flight operation {done}"),
     );
     let want = if c == after.contains(&in_flight) {
         &after
@@ -208,10 +170,9 @@ fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
     assert_eq!(&got, want, "{when}: export");
     assert_eq!(store.len(), want.len() as u64, "{when}: len()");
     for t in want.iter().step_by(50) {
-        assert_eq!(halves(&store, t), (true, true, true), "{when}: {t:?}");
+        assert!(whole(&store, t, when), "{when}: {t:?} missing");
     }
-    let r = store.check().expect("check runs");
-    assert!(r.ok(), "{when}: check(): {:?}", r.faults);
+    assert_check_ok(&store, when);
     let fresh = Tag::new("fresh", "r0", "hub");
     assert!(
         store.insert(&fresh).expect("insert after recovery"),
@@ -224,7 +185,7 @@ fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
 /// `kills` kills, each after up to `max_acks` acknowledgements and up to
 /// `max_delay_us` more.
 fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let kills = std::env::var("TAGSTORE_SIGKILL_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -252,24 +213,14 @@ fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
     )
     .expect("create");
     store.close().expect("close");
-    let exe = std::env::current_exe().expect("current_exe");
     let mut done = 0u64;
     let (mut with_acks, mut in_flight_applied) = (0u32, 0u32);
     for k in 0..kills {
         let when = format!("{mode_name} kill {k} (seed {seed}, from operation {done})");
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "sigkill_child",
-                "--nocapture",
-                "--include-ignored",
-            ])
+        let mut child = self_child("sigkill_child")
             .env(CHILD_ENV, &path)
             .env(MODE_ENV, mode_name)
             .env(START_ENV, done.to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn child");
         let stdout = child.stdout.take().expect("stdout");
@@ -355,8 +306,7 @@ fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
         "final open: not the state after {done} or {} operations",
         done + 1
     );
-    let r = store.check().expect("check");
-    assert!(r.ok(), "final check: {:?}", r.faults);
+    assert_check_ok(&store, "final");
     store.close().expect("close");
     eprintln!(
         "sigkill {mode_name}: {kills} kills (seed {seed}), {with_acks} after at least one acknowledged call, {done} operations acknowledged, in-flight operation applied after {in_flight_applied} kills"

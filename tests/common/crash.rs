@@ -1,1 +1,254 @@
 //! Shared test helpers for crash, recovery and full-disk tests.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use tagstore::{Durability, Store, Tag};
+
+// ------------------------------------------------------------ tag checks
+
+/// (contains, in the object half, in the subject half): the object half is
+/// read with `find_subjects(o, r)`, the subject half with `find_objects(s, r)`;
+/// a half counts the tag only if FIND returns it exactly once.
+pub fn halves(store: &Store, t: &Tag) -> (bool, bool, bool) {
+    let c = store.contains(t).expect("contains");
+    let subjects: Vec<String> = store
+        .find_subjects(&t.object, &t.relationship)
+        .collect::<Result<_, _>>()
+        .expect("find_subjects");
+    let objects: Vec<String> = store
+        .find_objects(&t.subject, &t.relationship)
+        .collect::<Result<_, _>>()
+        .expect("find_objects");
+    (
+        c,
+        subjects.iter().filter(|s| **s == t.subject).count() == 1,
+        objects.iter().filter(|o| **o == t.object).count() == 1,
+    )
+}
+
+/// Asserts the tag is whole: in both halves and `contains` or in none of
+/// them (never torn); returns whether it is present.
+pub fn whole(store: &Store, t: &Tag, when: &str) -> bool {
+    let (c, o, s) = halves(store, t);
+    assert!(
+        c == o && c == s,
+        "{when}: tag {t:?} is torn: contains={c}, object half={o}, subject half={s}"
+    );
+    c
+}
+
+/// Asserts `check()` runs and reports no fault.
+pub fn assert_check_ok(store: &Store, when: &str) {
+    let r = store.check().expect("check runs");
+    assert!(r.ok(), "check() {when}: {:?}", r.faults);
+}
+
+/// Asserts the store holds exactly `want`: the export (`tags()`) is `want`,
+/// `len()` matches, every wanted tag is whole and present (FIND both ways
+/// and `contains`), and `check()` is clean.
+pub fn assert_exactly(store: &Store, want: &BTreeSet<Tag>, when: &str) {
+    let got: BTreeSet<Tag> = store
+        .tags()
+        .collect::<Result<_, _>>()
+        .expect("tags() export");
+    let missing: Vec<&Tag> = want.difference(&got).collect();
+    let extra: Vec<&Tag> = got.difference(want).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "{when}: missing {missing:?}, unexpected {extra:?}"
+    );
+    assert_eq!(store.len(), want.len() as u64, "len() {when}");
+    for t in want {
+        assert!(whole(store, t, when), "{when}: {t:?} missing");
+    }
+    assert_check_ok(store, when);
+}
+
+/// Tags `<{o}{i}, r, {s}{i % spread}>` for each `i` in `range`; with
+/// `spread` 0 every tag has the subject `s` itself (one peak).
+pub fn numbered(o: &str, r: &str, s: &str, spread: usize, range: Range<usize>) -> Vec<Tag> {
+    range
+        .map(|i| {
+            let subject = match spread {
+                0 => s.to_string(),
+                n => format!("{s}{}", i % n),
+            };
+            Tag::new(format!("{o}{i}"), r, subject)
+        })
+        .collect()
+}
+
+// ------------------------------------------------------------ durability
+
+/// The name a child process is told a durability mode by.
+pub fn mode_name(m: Durability) -> &'static str {
+    match m {
+        Durability::Immediate => "immediate",
+        Durability::OnSync => "on-sync",
+        Durability::None => "none",
+    }
+}
+
+/// The durability mode named `s` (see [`mode_name`]); panics on others.
+pub fn mode_of(s: &str) -> Durability {
+    match s {
+        "immediate" => Durability::Immediate,
+        "on-sync" => Durability::OnSync,
+        "none" => Durability::None,
+        other => panic!("unknown mode {other}"),
+    }
+}
+
+/// Declares one `#[test]` per `name => mode` line, each calling
+/// `case(mode)`: `mode_tests! { case; a_in_none_mode => Durability::None, }`.
+#[allow(unused_macros)]
+macro_rules! mode_tests {
+    ($case:ident; $($(#[$meta:meta])* $name:ident => $mode:expr),+ $(,)?) => {
+        $(
+            $(#[$meta])*
+            #[test]
+            fn $name() {
+                $case($mode);
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use mode_tests;
+
+// ------------------------------------------------------- child processes
+
+/// Serialises the tests of one binary that spawn children (a store file
+/// held open by one test thread could be inherited, still locked, by a
+/// child another thread spawns); a poisoned lock is taken over.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A command that re-runs this test binary as the ignored test `child`
+/// alone (`--exact child --nocapture --include-ignored`), stdin closed,
+/// stdout and stderr piped.
+pub fn self_child(child: &str) -> Command {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(exe);
+    cmd.args(["--exact", child, "--nocapture", "--include-ignored"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// splitmix64: small, seedable, good enough to drive a simulation.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A generator starting from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (0 when n is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    /// True with a chance of `per_mille` in 1000.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+
+    /// `n` random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// The message a caught panic carried (`"panic"` when it is not a string).
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic".into())
+}
+
+// ------------------------------------------------------------ full disks
+
+/// A tmpfs mounted for one test, unmounted on drop.
+pub struct Tmpfs {
+    /// The mount point.
+    pub dir: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (as `mount -o size=`) at `dir`; `None`, with
+    /// a `SKIPPED` message, when not root or the mount fails.
+    pub fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: mounting a small tmpfs needs root");
+            return None;
+        }
+        std::fs::create_dir_all(dir).expect("mount point");
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Some(Tmpfs {
+                dir: dir.to_path_buf(),
+            }),
+            Ok(o) => {
+                eprintln!(
+                    "SKIPPED: mount -t tmpfs failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Fills the filesystem holding `dir` to the last byte; returns the file
+/// that takes the space (remove it to free the space again).
+pub fn fill_up(dir: &Path) -> PathBuf {
+    let p = dir.join("fill-up");
+    let mut f = std::fs::File::create(&p).expect("fill-up file");
+    let chunk = vec![0xCDu8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.flush();
+    p
+}
