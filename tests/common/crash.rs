@@ -1,11 +1,13 @@
 //! Shared test helpers for crash, recovery and full-disk tests.
 
+#[allow(unused_imports)]
+pub use super::store::{assert_check_ok, serial, Rng};
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+
 use tagstore::{Durability, Store, Tag};
 
 // ------------------------------------------------------------ tag checks
@@ -39,12 +41,6 @@ pub fn whole(store: &Store, t: &Tag, when: &str) -> bool {
         "{when}: tag {t:?} is torn: contains={c}, object half={o}, subject half={s}"
     );
     c
-}
-
-/// Asserts `check()` runs and reports no fault.
-pub fn assert_check_ok(store: &Store, when: &str) {
-    let r = store.check().expect("check runs");
-    assert!(r.ok(), "check() {when}: {:?}", r.faults);
 }
 
 /// Asserts the store holds exactly `want`: the export (`tags()`) is `want`,
@@ -122,14 +118,6 @@ pub(crate) use mode_tests;
 
 // ------------------------------------------------------- child processes
 
-/// Serialises the tests of one binary that spawn children (a store file
-/// held open by one test thread could be inherited, still locked, by a
-/// child another thread spawns); a poisoned lock is taken over.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// A command that re-runs this test binary as the ignored test `child`
 /// alone (`--exact child --nocapture --include-ignored`), stdin closed,
 /// stdout and stderr piped.
@@ -141,44 +129,6 @@ pub fn self_child(child: &str) -> Command {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
-}
-
-/// splitmix64: small, seedable, good enough to drive a simulation.
-pub struct Rng(pub u64);
-
-impl Rng {
-    /// A generator starting from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (0 when n is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-
-    /// True with a chance of `per_mille` in 1000.
-    pub fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-
-    /// `n` random bytes.
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
 }
 
 /// The message a caught panic carried (`"panic"` when it is not a string).

@@ -7,6 +7,11 @@ use tagstore::{CreateOptions, Error, Store};
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// A generator starting from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+
     /// The next 64 random bits.
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -18,7 +23,11 @@ impl Rng {
 
     /// Uniform in `0..n` (0 when n is 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
     }
 
     /// True with probability `permille`/1000.
@@ -110,10 +119,11 @@ pub fn rd64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Serialises the tests of one test file (a test crate) that must not overlap.
+/// Serialises the tests of one test file (a test crate) that must not
+/// overlap (e.g. a store held open by one test thread could be inherited,
+/// still locked, by a child another thread spawns); a poisoned lock is taken over.
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
