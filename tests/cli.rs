@@ -17,159 +17,27 @@
 //! in this process could be inherited, still locked, by a child forked from
 //! another test thread.
 
+mod common;
+
+use common::cli::{
+    create_small, esc, fails, fixture, load_file, ok, parse_fields, run, run_in, run_with, s,
+    small_store, stderr, stdout, triples, tsv_line, write_file, Triple, BIN,
+};
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-type Triple = (String, String, String);
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
-/// Runs the CLI; never accepts a panic or a death by signal.
-fn run_in<S: AsRef<OsStr>>(args: &[S], stdin: Option<&[u8]>) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let mut child = cmd.spawn().expect("spawn tagstore");
-    if let Some(data) = stdin {
-        let mut w = child.stdin.take().expect("stdin");
-        let data = data.to_vec();
-        // Write from a thread so a large input cannot deadlock against output.
-        std::thread::spawn(move || {
-            let _ = w.write_all(&data);
-        });
-    }
-    let out = child.wait_with_output().expect("wait");
-    let shown: Vec<String> = args
-        .iter()
-        .map(|a| a.as_ref().to_string_lossy().into_owned())
-        .collect();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(
-        out.status.code(),
-        Some(101),
-        "tagstore {shown:?} panicked: {stderr}"
-    );
-    assert!(
-        out.status.code().is_some(),
-        "tagstore {shown:?} died by a signal: {:?}",
-        out.status
-    );
-    assert!(
-        !stderr.contains("panicked"),
-        "tagstore {shown:?} panicked: {stderr}"
-    );
-    out
-}
-
-fn run<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    run_in(args, None)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
-}
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "expected success; stderr: {}",
-        stderr(&o)
-    );
-    o
-}
-
-/// Asserts a clean failure: exit 1, stderr starts with "error: " and mentions each needle.
-fn fails(o: &Output, needles: &[&str]) -> String {
-    let e = stderr(o);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "expected exit 1, got {:?}; stderr: {e}",
-        o.status
-    );
-    let last = e.lines().last().unwrap_or_default();
-    assert!(
-        e.starts_with("error: ") || last.starts_with("error: "),
-        "stderr lacks an \"error: \" line: {e:?}"
-    );
-    for n in needles {
-        assert!(e.contains(n), "stderr lacks {n:?}: {e}");
-    }
-    e
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temp paths are UTF-8")
-}
-
-// --- TSV, implemented independently of the crate -----------------------------
-
-fn esc(f: &str) -> String {
-    let mut o = String::new();
-    for c in f.chars() {
-        match c {
-            '\\' => o.push_str("\\\\"),
-            '\t' => o.push_str("\\t"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-fn unesc(f: &str) -> String {
-    let mut o = String::new();
-    let mut it = f.chars();
-    while let Some(c) = it.next() {
-        if c != '\\' {
-            o.push(c);
-            continue;
-        }
-        match it.next() {
-            Some('\\') => o.push('\\'),
-            Some('t') => o.push('\t'),
-            Some('n') => o.push('\n'),
-            Some('r') => o.push('\r'),
-            other => panic!("bad escape \\{other:?} in {f:?}"),
-        }
-    }
-    o
-}
-
+/// The TSV line of a tag.
 fn line_of(t: &Triple) -> String {
-    format!("{}\t{}\t{}", esc(&t.0), esc(&t.1), esc(&t.2))
+    tsv_line(&t.0, &t.1, &t.2)
 }
 
+/// Parses TSV text into tags, one a line.
 fn parse_tsv(text: &str) -> Vec<Triple> {
-    text.lines()
-        .map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            assert_eq!(f.len(), 3, "line {l:?}");
-            (unesc(f[0]), unesc(f[1]), unesc(f[2]))
-        })
-        .collect()
+    text.lines().map(|l| parse_fields(l, "")).collect()
 }
 
+/// The tags of `fixtures/<name>`.
 fn read_fixture(name: &str) -> Vec<Triple> {
     parse_tsv(&std::fs::read_to_string(fixture(name)).expect("fixture"))
 }
@@ -184,116 +52,96 @@ fn export(store: &Path) -> BTreeSet<Triple> {
     set
 }
 
-fn create_small(dir: &Path, name: &str) -> PathBuf {
-    let p = dir.join(name);
-    let o = ok(run(&[
-        "create",
-        s(&p),
-        "--primary-buckets",
-        "8",
-        "--blocks-per-primary",
-        "1",
-        "--blocks-per-secondary",
-        "2",
-        "--seed",
-        "11",
-    ]));
-    assert!(stdout(&o).starts_with("created "), "{}", stdout(&o));
-    p
+/// A new store `name` (see [`small_store`]) loaded with the `fixtures`, in order.
+fn store_with_fixtures(name: &str, fixtures: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let (dir, st) = small_store(name);
+    for f in fixtures {
+        load_file(s(&st), &fixture(f));
+    }
+    (dir, st)
 }
 
+/// The distinct lines of the run's stdout.
 fn lines_set(out: &Output) -> BTreeSet<String> {
     stdout(out).lines().map(str::to_owned).collect()
+}
+
+/// Runs `find` on store `p` by `side` (`--object` or `--subject`) for `key`
+/// under `rel`, with `extra` arguments; asserts success.
+fn find(p: &str, side: &str, key: &str, rel: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["find", p, side, key, "--relationship", rel];
+    args.extend_from_slice(extra);
+    ok(run(&args))
+}
+
+/// Runs `tagstore <cmd> <p> <o> <r> <sub>` and asserts its one-line answer.
+fn answers(p: &str, cmd: &str, (o, r, sub): (&str, &str, &str), want: &str) {
+    let got = stdout(&ok(run(&[cmd, p, o, r, sub])));
+    assert_eq!(got, want, "{cmd} {o:?} {r:?} {sub:?}");
 }
 
 /// Tags with tabs, newlines, CRs, backslashes, Unicode, empty fields, and the
 /// largest tag that fits (156 bytes of strings).
 fn awkward_extra() -> Vec<Triple> {
-    let t = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
-    vec![
-        t("", "", ""),
-        t("", "rel", ""),
-        t("obj", "", "subj"),
-        t("tab\there", "new\nline", "cr\rhere"),
-        t("\\", "\\\\", "\\t is not a tab"),
-        t("ends with backslash\\", "isa", "\\n literal"),
-        t("\t\t", "\n", "\r\n"),
-        t("日本語", "は", "テスト"),
-        t("emoji 🦀🦀", "🔗", "👍🏽 skin tone"),
-        t("combining e\u{301}", "zero\u{200b}width", "nbsp\u{a0}"),
-        t("\u{feff}bom", "isa", "right-to-left \u{202e}txet"),
-        t(&"o".repeat(150), "r", "sssss"),
-        t(&"é".repeat(77), "", "xx"),
-    ]
+    let mut v = triples(&[
+        ("", "", ""),
+        ("", "rel", ""),
+        ("obj", "", "subj"),
+        ("tab\there", "new\nline", "cr\rhere"),
+        ("\\", "\\\\", "\\t is not a tab"),
+        ("ends with backslash\\", "isa", "\\n literal"),
+        ("\t\t", "\n", "\r\n"),
+        ("日本語", "は", "テスト"),
+        ("emoji 🦀🦀", "🔗", "👍🏽 skin tone"),
+        ("combining e\u{301}", "zero\u{200b}width", "nbsp\u{a0}"),
+        ("\u{feff}bom", "isa", "right-to-left \u{202e}txet"),
+    ]);
+    v.push(("o".repeat(150), "r".to_string(), "sssss".to_string()));
+    v.push(("é".repeat(77), String::new(), "xx".to_string()));
+    v
 }
 
 #[test]
 fn single_insert_and_delete() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "single.tags");
+    let (_dir, st) = small_store("single.tags");
     let p = s(&st);
-    assert_eq!(
-        stdout(&ok(run(&["insert", p, "photo1", "isa", "sunset"]))),
-        "inserted\n"
+    answers(p, "insert", ("photo1", "isa", "sunset"), "inserted\n");
+    answers(
+        p,
+        "insert",
+        ("photo1", "isa", "sunset"),
+        "already present\n",
     );
-    assert_eq!(
-        stdout(&ok(run(&["insert", p, "photo1", "isa", "sunset"]))),
-        "already present\n"
-    );
-    assert_eq!(
-        stdout(&ok(run(&["insert", p, "photo2", "isa", "sunset"]))),
-        "inserted\n"
-    );
+    answers(p, "insert", ("photo2", "isa", "sunset"), "inserted\n");
     // Fields are taken literally: a real tab and an empty field.
-    assert_eq!(
-        stdout(&ok(run(&["insert", p, "a\tb", "", "日本"]))),
-        "inserted\n"
-    );
-    let want: BTreeSet<Triple> = [
+    answers(p, "insert", ("a\tb", "", "日本"), "inserted\n");
+    let want: BTreeSet<Triple> = triples(&[
         ("photo1", "isa", "sunset"),
         ("photo2", "isa", "sunset"),
         ("a\tb", "", "日本"),
-    ]
-    .iter()
-    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    ])
+    .into_iter()
     .collect();
     assert_eq!(export(&st), want);
     let raw = stdout(&ok(run(&["export", p])));
     assert!(raw.contains("a\\tb\t\t日本\n"), "export escapes: {raw:?}");
 
-    assert_eq!(
-        stdout(&ok(run(&["delete", p, "photo1", "isa", "sunset"]))),
-        "deleted\n"
-    );
-    assert_eq!(
-        stdout(&ok(run(&["delete", p, "photo1", "isa", "sunset"]))),
-        "not present\n"
-    );
-    assert_eq!(
-        stdout(&ok(run(&["delete", p, "never", "was", "here"]))),
-        "not present\n"
-    );
-    assert_eq!(
-        stdout(&ok(run(&["delete", p, "a\tb", "", "日本"]))),
-        "deleted\n"
-    );
+    answers(p, "delete", ("photo1", "isa", "sunset"), "deleted\n");
+    answers(p, "delete", ("photo1", "isa", "sunset"), "not present\n");
+    answers(p, "delete", ("never", "was", "here"), "not present\n");
+    answers(p, "delete", ("a\tb", "", "日本"), "deleted\n");
     assert_eq!(
         export(&st),
-        [(
-            "photo2".to_string(),
-            "isa".to_string(),
-            "sunset".to_string()
-        )]
-        .into_iter()
-        .collect()
+        triples(&[("photo2", "isa", "sunset")])
+            .into_iter()
+            .collect()
     );
     ok(run(&["check", p]));
 }
 
 #[test]
 fn create_refuses_existing_path_and_bad_geometry() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "c.tags");
+    let (dir, st) = small_store("c.tags");
     ok(run(&["insert", s(&st), "keep", "me", "please"]));
     let before = std::fs::read(&st).expect("read");
     let o = run(&["create", s(&st)]);
@@ -304,8 +152,7 @@ fn create_refuses_existing_path_and_bad_geometry() {
         "create clobbered a store"
     );
 
-    let other = dir.path().join("notes.txt");
-    std::fs::write(&other, "not a store\n").expect("write");
+    let other = write_file(dir.path(), "notes.txt", "not a store\n");
     fails(&run(&["create", s(&other)]), &["already exists"]);
     assert_eq!(
         std::fs::read_to_string(&other).expect("read"),
@@ -326,8 +173,7 @@ fn create_refuses_existing_path_and_bad_geometry() {
 
 #[test]
 fn load_fixtures_and_export_round_trip() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "load.tags");
+    let (dir, st) = small_store("load.tags");
     let p = s(&st);
     let debian = read_fixture("debian-packages.tsv");
     let awkward = read_fixture("awkward.tsv");
@@ -337,12 +183,7 @@ fn load_fixtures_and_export_round_trip() {
     text.push_str(&line_of(&extra[3])); // a repeat, and no final newline
     std::fs::write(&extra_file, &text).expect("write");
 
-    let o = ok(run(&[
-        "insert",
-        p,
-        "--file",
-        s(&fixture("debian-packages.tsv")),
-    ]));
+    let o = load_file(p, &fixture("debian-packages.tsv"));
     let n = debian.len();
     assert!(
         stdout(&o).starts_with(&format!(
@@ -351,13 +192,13 @@ fn load_fixtures_and_export_round_trip() {
         "{}",
         stdout(&o)
     );
-    let o = ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    let o = load_file(p, &fixture("awkward.tsv"));
     assert!(
         stdout(&o).starts_with(&format!("inserted {} tags", awkward.len())),
         "{}",
         stdout(&o)
     );
-    let o = ok(run(&["insert", p, "--file", s(&extra_file)]));
+    let o = load_file(p, &extra_file);
     assert!(
         stdout(&o).starts_with(&format!(
             "inserted {} tags (1 already present) from {} lines",
@@ -368,12 +209,7 @@ fn load_fixtures_and_export_round_trip() {
         stdout(&o)
     );
     // Loading a file again changes nothing.
-    let o = ok(run(&[
-        "insert",
-        p,
-        "--file",
-        s(&fixture("debian-packages.tsv")),
-    ]));
+    let o = load_file(p, &fixture("debian-packages.tsv"));
     assert!(
         stdout(&o).starts_with(&format!("inserted 0 tags ({n} already present)")),
         "{}",
@@ -443,16 +279,8 @@ fn load_fixtures_and_export_round_trip() {
 
 #[test]
 fn find_both_directions_with_limit() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "find.tags");
+    let (_dir, st) = store_with_fixtures("find.tags", &["debian-packages.tsv", "awkward.tsv"]);
     let p = s(&st);
-    ok(run(&[
-        "insert",
-        p,
-        "--file",
-        s(&fixture("debian-packages.tsv")),
-    ]));
-    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
     let mut tags = read_fixture("debian-packages.tsv");
     tags.extend(read_fixture("awkward.tsv"));
     let mut by_o: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
@@ -470,46 +298,29 @@ fn find_both_directions_with_limit() {
     let busiest_o = by_o.iter().max_by_key(|(_, v)| v.len()).expect("keys");
     let busiest_s = by_s.iter().max_by_key(|(_, v)| v.len()).expect("keys");
     assert!(busiest_o.1.len() >= 60 && busiest_s.1.len() >= 600);
-    for ((o, r), want) in by_o.iter().step_by(97).chain([busiest_o]) {
-        let out = ok(run(&["find", p, "--object", o, "--relationship", r]));
-        assert_eq!(
-            stdout(&out).lines().count(),
-            want.len(),
-            "duplicates for {o}/{r}"
-        );
-        assert_eq!(
-            &lines_set(&out),
-            want,
-            "find --object {o:?} --relationship {r:?}"
-        );
-    }
-    for ((sub, r), want) in by_s.iter().step_by(97).chain([busiest_s]) {
-        let out = ok(run(&["find", p, "--subject", sub, "--relationship", r]));
-        assert_eq!(
-            stdout(&out).lines().count(),
-            want.len(),
-            "duplicates for {sub}/{r}"
-        );
-        assert_eq!(
-            &lines_set(&out),
-            want,
-            "find --subject {sub:?} --relationship {r:?}"
-        );
+    for (side, map, busiest) in [
+        ("--object", &by_o, busiest_o),
+        ("--subject", &by_s, busiest_s),
+    ] {
+        for ((k, r), want) in map.iter().step_by(97).chain([busiest]) {
+            let out = find(p, side, k, r, &[]);
+            assert_eq!(
+                stdout(&out).lines().count(),
+                want.len(),
+                "duplicates for {k}/{r}"
+            );
+            assert_eq!(
+                &lines_set(&out),
+                want,
+                "find {side} {k:?} --relationship {r:?}"
+            );
+        }
     }
 
     // --limit: exactly N distinct correct answers, 0 means none, large means all.
     let ((o, r), want) = busiest_o;
     for limit in [0usize, 1, 2, 10, want.len(), want.len() + 5] {
-        let out = ok(run(&[
-            "find",
-            p,
-            "--object",
-            o,
-            "--relationship",
-            r,
-            "--limit",
-            &limit.to_string(),
-        ]));
+        let out = find(p, "--object", o, r, &["--limit", &limit.to_string()]);
         let got = lines_set(&out);
         assert_eq!(
             stdout(&out).lines().count(),
@@ -520,123 +331,67 @@ fn find_both_directions_with_limit() {
         assert!(got.is_subset(want), "--limit {limit}: {got:?}");
     }
     let ((sub, r), want) = busiest_s;
-    let out = ok(run(&[
-        "find",
-        p,
-        "--subject",
-        sub,
-        "--relationship",
-        r,
-        "--limit",
-        "3",
-    ]));
-    let got = lines_set(&out);
+    let got = lines_set(&find(p, "--subject", sub, r, &["--limit", "3"]));
     assert_eq!(got.len(), 3);
     assert!(got.is_subset(want));
 
     // Awkward keys are passed raw and printed TSV-escaped.
-    let out = ok(run(&[
-        "find",
-        p,
-        "--object",
-        "photo\t1",
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(
-        lines_set(&out),
-        ["日本の夕日", "sunset"]
-            .iter()
-            .map(|x| x.to_string())
-            .collect()
-    );
-    let out = ok(run(&[
-        "find",
-        p,
-        "--subject",
-        "sunset",
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(
-        lines_set(&out),
-        ["photo\\t1", "photo2"]
-            .iter()
-            .map(|x| x.to_string())
-            .collect()
-    );
-    let out = ok(run(&[
-        "find",
-        p,
-        "--subject",
-        "line\nbreak",
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(stdout(&out), "back\\\\slash\n");
-    let out = ok(run(&[
-        "find",
-        p,
-        "--object",
-        "back\\slash",
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(stdout(&out), "line\\nbreak\n");
-    let out = ok(run(&[
-        "find",
-        p,
-        "--subject",
-        "empty object",
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(
-        stdout(&out),
-        "\n",
-        "an empty object prints as an empty line"
-    );
-    let out = ok(run(&["find", p, "--object", "", "--relationship", "isa"]));
-    assert_eq!(stdout(&out), "empty object\n");
-    // Absent keys and the wrong relationship: nothing, successfully.
-    let out = ok(run(&[
-        "find",
-        p,
-        "--object",
-        "perl",
-        "--relationship",
-        "no_such_rel",
-    ]));
-    assert_eq!(stdout(&out), "");
-    let out = ok(run(&[
-        "find",
-        p,
-        "--object",
-        &"x".repeat(400),
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(stdout(&out), "");
-    // FIND on the escaped form finds nothing: arguments are not unescaped.
-    let out = ok(run(&[
-        "find",
-        p,
-        "--object",
-        "photo\\t1",
-        "--relationship",
-        "isa",
-    ]));
-    assert_eq!(stdout(&out), "");
+    for (side, key, want) in [
+        ("--object", "photo\t1", ["日本の夕日", "sunset"]),
+        ("--subject", "sunset", ["photo\\t1", "photo2"]),
+    ] {
+        assert_eq!(
+            lines_set(&find(p, side, key, "isa", &[])),
+            want.iter().map(|x| x.to_string()).collect()
+        );
+    }
+    let long = "x".repeat(400);
+    // (side, key, relationship, the exact output, why)
+    let exact: [(&str, &str, &str, &str, &str); 7] = [
+        (
+            "--subject",
+            "line\nbreak",
+            "isa",
+            "back\\\\slash\n",
+            "escaped",
+        ),
+        (
+            "--object",
+            "back\\slash",
+            "isa",
+            "line\\nbreak\n",
+            "escaped",
+        ),
+        (
+            "--subject",
+            "empty object",
+            "isa",
+            "\n",
+            "an empty object prints as an empty line",
+        ),
+        ("--object", "", "isa", "empty object\n", "the empty object"),
+        // Absent keys and the wrong relationship: nothing, successfully.
+        ("--object", "perl", "no_such_rel", "", "wrong relationship"),
+        ("--object", &long, "isa", "", "absent key"),
+        // FIND on the escaped form finds nothing: arguments are not unescaped.
+        ("--object", "photo\\t1", "isa", "", "escaped key"),
+    ];
+    for (side, key, rel, want, why) in exact {
+        assert_eq!(
+            stdout(&find(p, side, key, rel, &[])),
+            want,
+            "find {side} {key:?} --relationship {rel:?}: {why}"
+        );
+    }
 }
 
 #[test]
 fn stdin_loading_and_deleting() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "stdin.tags");
+    let (_dir, st) = small_store("stdin.tags");
     let p = s(&st);
     let extra = awkward_extra();
     let text: String = extra.iter().map(|t| line_of(t) + "\n").collect();
-    let o = ok(run_in(&["insert", p, "--file", "-"], Some(text.as_bytes())));
+    let o = ok(run_in(&["insert", p, "--file", "-"], text.as_bytes()));
     assert!(
         stdout(&o).starts_with(&format!("inserted {} tags", extra.len())),
         "{}",
@@ -648,7 +403,7 @@ fn stdin_loading_and_deleting() {
     let gone: Vec<Triple> = extra.iter().step_by(2).cloned().collect();
     let mut del: String = gone.iter().map(|t| line_of(t) + "\n").collect();
     del.push_str("absent\ttag\there");
-    let o = ok(run_in(&["delete", p, "--file", "-"], Some(del.as_bytes())));
+    let o = ok(run_in(&["delete", p, "--file", "-"], del.as_bytes()));
     assert!(
         stdout(&o).starts_with(&format!("deleted {} tags (1 already absent)", gone.len())),
         "{}",
@@ -658,7 +413,7 @@ fn stdin_loading_and_deleting() {
     assert_eq!(export(&st), left);
 
     // Empty stdin: nothing to do, success.
-    let o = ok(run_in(&["insert", p, "--file", "-"], Some(b"")));
+    let o = ok(run_in(&["insert", p, "--file", "-"], b""));
     assert!(stdout(&o).starts_with("inserted 0 tags"), "{}", stdout(&o));
     assert_eq!(export(&st), left);
     ok(run(&["check", p]));
@@ -666,8 +421,7 @@ fn stdin_loading_and_deleting() {
 
 /// `good` lines, then `bad`, then more good lines that must not be loaded.
 fn load_with_bad_line(good: usize, bad: &[u8], label: &str) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "bad.tags");
+    let (dir, st) = small_store("bad.tags");
     let p = s(&st);
     let before: Vec<Triple> = (0..good)
         .map(|i| {
@@ -692,15 +446,14 @@ fn load_with_bad_line(good: usize, bad: &[u8], label: &str) {
         data.extend_from_slice(line_of(t).as_bytes());
         data.push(b'\n');
     }
-    let file = dir.path().join("input.tsv");
-    std::fs::write(&file, &data).expect("write");
+    let file = write_file(dir.path(), "input.tsv", &data);
     let line = format!("line {}:", good + 1);
     let count = format!("{good} tags inserted before it");
     for (src, input) in [
         (s(&file).to_string(), None),
         ("-".to_string(), Some(&data[..])),
     ] {
-        let o = run_in(&["insert", p, "--file", &src], input);
+        let o = run_with(&["insert", p, "--file", &src], input, None);
         let e = fails(&o, &[&line, &count]);
         assert!(
             !e.contains(&format!("line {}:", good + 2)),
@@ -744,14 +497,13 @@ fn malformed_line_after_a_full_chunk() {
 
 #[test]
 fn malformed_line_in_delete_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "del.tags");
+    let (_dir, st) = small_store("del.tags");
     let p = s(&st);
-    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    load_file(p, &fixture("awkward.tsv"));
     let text = std::fs::read_to_string(fixture("awkward.tsv")).expect("read");
     let lines: Vec<&str> = text.lines().collect();
     let input = format!("{}\n{}\nbroken line\n{}\n", lines[0], lines[1], lines[2]);
-    let o = run_in(&["delete", p, "--file", "-"], Some(input.as_bytes()));
+    let o = run_in(&["delete", p, "--file", "-"], input.as_bytes());
     fails(&o, &["line 3:", "2 tags deleted before it"]);
     let want: BTreeSet<Triple> = read_fixture("awkward.tsv").into_iter().skip(2).collect();
     assert_eq!(export(&st), want);
@@ -759,26 +511,24 @@ fn malformed_line_in_delete_file() {
 
 #[test]
 fn oversized_tag_line() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "big.tags");
+    let (dir, st) = small_store("big.tags");
     let p = s(&st);
     // 200 bytes of object: needs 4 + 200 + 3 + 4 = 211 bytes.
     let big = format!("{}\tisa\tbig!", "o".repeat(200));
     let input = format!("a\tb\tc\nd\te\tf\ng\th\ti\n{big}\nj\tk\tl\n");
-    let o = run_in(&["insert", p, "--file", "-"], Some(input.as_bytes()));
+    let o = run_in(&["insert", p, "--file", "-"], input.as_bytes());
     fails(
         &o,
         &["line 4:", "needs 211 bytes", "3 tags inserted before it"],
     );
-    let want: BTreeSet<Triple> = [("a", "b", "c"), ("d", "e", "f"), ("g", "h", "i")]
-        .iter()
-        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    let want: BTreeSet<Triple> = triples(&[("a", "b", "c"), ("d", "e", "f"), ("g", "h", "i")])
+        .into_iter()
         .collect();
     assert_eq!(export(&st), want);
 
     // Bytes, not characters: 80 × "é" is 160 bytes, needing 4 + 160 + 1 + 1 = 166.
     let wide = format!("{}\tr\ts\n", "é".repeat(80));
-    let o = run_in(&["insert", p, "--file", "-"], Some(wide.as_bytes()));
+    let o = run_in(&["insert", p, "--file", "-"], wide.as_bytes());
     fails(
         &o,
         &["line 1:", "needs 166 bytes", "0 tags inserted before it"],
@@ -809,8 +559,7 @@ fn oversized_tag_line() {
     text.push_str(&big);
     text.push('\n');
     text.push_str("never\tloaded\there\n");
-    let file = dir.path().join("bulk.tsv");
-    std::fs::write(&file, &text).expect("write");
+    let file = write_file(dir.path(), "bulk.tsv", &text);
     let o = run(&["insert", p, "--file", s(&file)]);
     fails(
         &o,
@@ -839,16 +588,8 @@ fn written_data_block(img: &[u8]) -> usize {
 
 #[test]
 fn check_exit_codes_good_and_damaged() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "chk.tags");
+    let (_dir, st) = store_with_fixtures("chk.tags", &["awkward.tsv", "debian-packages.tsv"]);
     let p = s(&st);
-    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
-    ok(run(&[
-        "insert",
-        p,
-        "--file",
-        s(&fixture("debian-packages.tsv")),
-    ]));
     let o = ok(run(&["check", p]));
     assert!(stdout(&o).contains(" 0 faults"), "{}", stdout(&o));
 
@@ -909,8 +650,11 @@ fn failures_exit_1_with_error_prefix() {
         assert!(!missing.exists(), "{args:?} created the store");
     }
 
-    let text = dir.path().join("text.tags");
-    std::fs::write(&text, "hello\tworld\tagain\n".repeat(1000)).expect("write");
+    let text = write_file(
+        dir.path(),
+        "text.tags",
+        "hello\tworld\tagain\n".repeat(1000),
+    );
     let t = s(&text);
     for args in [
         vec!["insert", t, "a", "b", "c"],
@@ -964,8 +708,7 @@ fn failures_exit_1_with_error_prefix() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "usage.tags");
+    let (_dir, st) = small_store("usage.tags");
     let p = s(&st);
     let cases: Vec<Vec<&str>> = vec![
         vec![],
@@ -1023,10 +766,9 @@ fn usage_errors_exit_2() {
 #[test]
 fn closed_stdout_never_panics() {
     // `tagstore ... | head -0`: the reader is gone before anything is written.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "pipe.tags");
+    let (dir, st) = small_store("pipe.tags");
     let p = s(&st);
-    ok(run(&["insert", p, "--file", s(&fixture("awkward.tsv"))]));
+    load_file(p, &fixture("awkward.tsv"));
     let created = dir.path().join("created.tags");
     let awkward = fixture("awkward.tsv");
     let cases: Vec<Vec<&str>> = vec![

@@ -8,170 +8,38 @@
 //! Like tests/cli.rs, these tests never open a store through the library,
 //! so no child process can inherit a locked store file from another test.
 
-use std::ffi::OsStr;
+mod common;
+
+use common::cli::{
+    check_no_panic, create_small, export_lines, fails, load_file, ok, run, run_cmd, run_in,
+    run_with, s, small_store, stderr, stdout, usage, write_file, BIN,
+};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
 
 /// The progress bar's style and estimate, compiled in from the binary's source.
 #[allow(dead_code)]
 #[path = "../src/bin/tagstore/progress.rs"]
 mod progress;
 
-/// Runs the CLI with `stdin` and a chosen stdout; never accepts a panic or a signal.
-fn run_with<S: AsRef<OsStr>>(args: &[S], stdin: Option<&[u8]>, stdout: Option<Stdio>) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args);
-    run_cmd(cmd, args, stdin, stdout)
-}
-
-fn run_cmd<S: AsRef<OsStr>>(
-    mut cmd: Command,
-    args: &[S],
-    stdin: Option<&[u8]>,
-    stdout: Option<Stdio>,
-) -> Output {
-    let piped_out = stdout.is_none();
-    cmd.stdout(stdout.unwrap_or_else(Stdio::piped))
-        .stderr(Stdio::piped())
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        });
-    let mut child = cmd.spawn().expect("spawn tagstore");
-    if let Some(data) = stdin {
-        let mut w = child.stdin.take().expect("stdin");
-        let data = data.to_vec();
-        std::thread::spawn(move || {
-            let _ = w.write_all(&data);
-        });
-    }
-    let out = child.wait_with_output().expect("wait");
-    let _ = piped_out;
-    check_no_panic(args, &out);
-    out
-}
-
-fn check_no_panic<S: AsRef<OsStr>>(args: &[S], out: &Output) {
-    let shown: Vec<String> = args
-        .iter()
-        .map(|a| a.as_ref().to_string_lossy().into_owned())
-        .collect();
-    let e = stderr(out);
-    assert_ne!(
-        out.status.code(),
-        Some(101),
-        "tagstore {shown:?} panicked: {e}"
-    );
-    assert!(
-        out.status.code().is_some(),
-        "tagstore {shown:?} died by a signal: {:?}",
-        out.status
-    );
-    assert!(!e.contains("panicked"), "tagstore {shown:?} panicked: {e}");
-}
-
-fn run<S: AsRef<OsStr>>(args: &[S]) -> Output {
-    run_with(args, None, None)
-}
-
-fn run_in<S: AsRef<OsStr>>(args: &[S], stdin: &[u8]) -> Output {
-    run_with(args, Some(stdin), None)
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("stdout is UTF-8")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn ok(o: Output) -> Output {
-    assert_eq!(
-        o.status.code(),
-        Some(0),
-        "expected success; stderr: {}",
-        stderr(&o)
-    );
-    o
-}
-
-/// Asserts exit 1 with an "error: " line mentioning each needle; returns stderr.
-fn fails(o: &Output, needles: &[&str]) -> String {
-    let e = stderr(o);
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "expected exit 1, got {:?}; stderr: {e}",
-        o.status
-    );
-    assert!(
-        e.lines().any(|l| l.starts_with("error: ")),
-        "stderr lacks an \"error: \" line: {e:?}"
-    );
-    for n in needles {
-        assert!(e.contains(n), "stderr lacks {n:?}: {e}");
-    }
-    e
-}
-
-/// Asserts a usage error: exit 2 and an "error:" message mentioning each needle.
-fn usage(o: &Output, needles: &[&str]) {
-    let e = stderr(o);
-    assert_eq!(
-        o.status.code(),
-        Some(2),
-        "expected a usage error (exit 2), got {:?}; stderr: {e}",
-        o.status
-    );
-    assert!(e.contains("error:"), "stderr lacks \"error:\": {e}");
-    for n in needles {
-        assert!(e.contains(n), "stderr lacks {n:?}: {e}");
-    }
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temp paths are UTF-8")
-}
-
-fn create_small(dir: &Path, name: &str) -> PathBuf {
-    let p = dir.join(name);
-    ok(run(&[
-        "create",
-        s(&p),
-        "--primary-buckets",
-        "8",
-        "--blocks-per-primary",
-        "1",
-        "--blocks-per-secondary",
-        "2",
-        "--seed",
-        "11",
-    ]));
-    p
-}
-
-/// The store's tags as exported TSV lines, sorted.
-fn export_lines(store: &Path) -> Vec<String> {
-    let mut v: Vec<String> = stdout(&ok(run(&["export", s(store)])))
-        .lines()
-        .map(str::to_owned)
-        .collect();
-    v.sort();
-    v
-}
-
 /// `n` small distinct tags as TSV text.
 fn tags_tsv(prefix: &str, n: usize) -> String {
     (0..n)
         .map(|i| format!("{prefix}{i}\tisa\tthing{}\n", i % 7))
         .collect()
+}
+
+/// A new store `name` (see [`small_store`]) holding `tags_tsv("t", n)`,
+/// loaded from a file with `insert --file`.
+fn store_with_tags(name: &str, n: usize) -> (tempfile::TempDir, std::path::PathBuf) {
+    let (dir, st) = small_store(name);
+    load_file(
+        s(&st),
+        &write_file(dir.path(), "tags.tsv", tags_tsv("t", n)),
+    );
+    (dir, st)
 }
 
 // --- Item 2: a failing --file command reports what it applied ------------------
@@ -206,12 +74,8 @@ fn run_size_limited(args: &[&str], limit: u64) -> Output {
 /// the error must say how many, as it does for a bad line.
 #[test]
 fn delete_file_failing_at_close_reports_what_it_applied() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "full.tags");
+    let (dir, st) = store_with_tags("full.tags", 40);
     let p = s(&st);
-    let all = dir.path().join("all.tsv");
-    std::fs::write(&all, tags_tsv("t", 40)).expect("write");
-    ok(run(&["insert", p, "--file", s(&all)]));
     // 25 present tags and 5 absent ones.
     let del = dir.path().join("del.tsv");
     let text = format!("{}{}", tags_tsv("t", 25), tags_tsv("absent", 5));
@@ -235,12 +99,10 @@ fn delete_file_failing_at_close_reports_what_it_applied() {
 /// Case: `insert --file` failing as the store closes reports its count too.
 #[test]
 fn insert_file_failing_at_close_reports_what_it_applied() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "full.tags");
+    let (dir, st) = small_store("full.tags");
     let p = s(&st);
     ok(run(&["insert", p, "t0", "isa", "thing0"]));
-    let ins = dir.path().join("ins.tsv");
-    std::fs::write(&ins, tags_tsv("t", 12)).expect("write");
+    let ins = write_file(dir.path(), "ins.tsv", tags_tsv("t", 12));
     let size = std::fs::metadata(&st).expect("stat").len();
     let o = run_size_limited(&["insert", p, "--file", s(&ins)], size - 1);
     fails(
@@ -259,8 +121,7 @@ fn insert_file_failing_at_close_reports_what_it_applied() {
 /// deletes before it in one batch): the error counts exactly those.
 #[test]
 fn delete_file_bad_line_counts_applied_deletes() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "bad.tags");
+    let (_dir, st) = small_store("bad.tags");
     let p = s(&st);
     ok(run_in(
         &["insert", p, "--file", "-"],
@@ -282,6 +143,7 @@ fn delete_file_bad_line_counts_applied_deletes() {
 
 // --- Item 5: stdout on a full device ---------------------------------------------
 
+/// A stdout that fails every write with ENOSPC (`/dev/full`).
 fn dev_full() -> Stdio {
     Stdio::from(
         File::options()
@@ -295,14 +157,9 @@ fn dev_full() -> Stdio {
 /// `error:` naming stdout, not exit 0 having lost its output.
 #[test]
 fn full_stdout_is_an_error_for_every_command() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "out.tags");
+    let (dir, st) = store_with_tags("out.tags", 30);
     let p = s(&st);
-    let tsv = dir.path().join("some.tsv");
-    std::fs::write(&tsv, tags_tsv("t", 30)).expect("write");
-    ok(run(&["insert", p, "--file", s(&tsv)]));
-    let more = dir.path().join("more.tsv");
-    std::fs::write(&more, tags_tsv("m", 3)).expect("write");
+    let more = write_file(dir.path(), "more.tsv", tags_tsv("m", 3));
     let created = dir.path().join("created.tags");
     let cases: Vec<Vec<&str>> = vec![
         vec!["create", s(&created)],
@@ -349,8 +206,7 @@ fn full_stdout_is_an_error_for_every_command() {
 /// error (exit 2), and the store is not touched.
 #[test]
 fn missing_positionals_are_usage_errors() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "u.tags");
+    let (dir, st) = small_store("u.tags");
     let p = s(&st);
     for args in [
         vec!["insert", p, "a", "b"],
@@ -416,12 +272,14 @@ fn bad_geometry_values_are_usage_errors() {
 /// dropped, not stored as part of the first object.
 #[test]
 fn bom_at_start_of_file_is_dropped() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "bom.tags");
+    let (dir, st) = small_store("bom.tags");
     let p = s(&st);
-    let f = dir.path().join("bom.tsv");
-    std::fs::write(&f, "\u{feff}first\tisa\tone\r\nsecond\tisa\ttwo\r\n").expect("write");
-    ok(run(&["insert", p, "--file", s(&f)]));
+    let f = write_file(
+        dir.path(),
+        "bom.tsv",
+        "\u{feff}first\tisa\tone\r\nsecond\tisa\ttwo\r\n",
+    );
+    load_file(p, &f);
     assert_eq!(
         export_lines(&st),
         vec![
@@ -447,8 +305,7 @@ fn bom_at_start_of_file_is_dropped() {
 /// load drops).
 #[test]
 fn object_starting_with_feff_round_trips() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "feff.tags");
+    let (dir, st) = small_store("feff.tags");
     let p = s(&st);
     ok(run(&["insert", p, "\u{feff}lead", "isa", "odd"]));
     let dump = ok(run(&["export", p])).stdout;
@@ -492,8 +349,7 @@ fn blank_line_is_named_in_the_error() {
 /// too long, naming the line and the limit.
 #[test]
 fn longest_possible_line_loads_and_one_more_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "long.tags");
+    let (_dir, st) = small_store("long.tags");
     let p = s(&st);
     // 154 tabs, a newline and a carriage return: 156 bytes, 312 escaped.
     let longest = format!("{}\t\\n\t\\r\r\n", "\\t".repeat(154));
@@ -518,8 +374,7 @@ fn longest_possible_line_loads_and_one_more_is_refused() {
 #[test]
 fn huge_line_is_refused_without_reading_it_whole() {
     const TOTAL: usize = 64 << 20;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let st = create_small(dir.path(), "huge.tags");
+    let (_dir, st) = small_store("huge.tags");
     let p = s(&st);
     let mut child = Command::new(BIN)
         .args(["insert", p, "--file", "-"])

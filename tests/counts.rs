@@ -61,13 +61,15 @@
 //!
 //! The property tests run `TAGSTORE_PROPTEST_CASES` cases (default 96).
 
+mod common;
+
+use common::cli::{fixture, ok, run, stdout};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use tagstore::{counts_path, AUTO_MERGE_KEYS};
@@ -87,13 +89,20 @@ fn cli_guard() -> RwLockWriteGuard<'static, ()> {
     FORK_GUARD.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// For a library test: holds [`lib_guard`] and makes a temp dir.
+fn lib_test() -> (RwLockReadGuard<'static, ()>, tempfile::TempDir) {
+    (lib_guard(), tempfile::tempdir().expect("tempdir"))
+}
+
 /// (relationship, subject)
 type Key = (String, String);
 
+/// The [`Key`] of relationship `r` and subject `s`.
 fn key(r: &str, s: &str) -> Key {
     (r.to_owned(), s.to_owned())
 }
 
+/// Options for a small store (256 expected tags).
 fn small() -> CreateOptions {
     CreateOptions {
         expected_tags: 256,
@@ -101,6 +110,7 @@ fn small() -> CreateOptions {
     }
 }
 
+/// A tag from its object, relationship and subject.
 fn tag(o: &str, r: &str, s: &str) -> Tag {
     Tag::new(o, r, s)
 }
@@ -181,6 +191,12 @@ fn assert_store_counts(store: &Store, want: &BTreeMap<Key, u64>, rels: &[&str], 
     }
 }
 
+/// [`assert_store_counts`] of the counts of `tags`, with "isa" and "owns".
+fn assert_counts_of(store: &Store, tags: &BTreeSet<Tag>, ctx: &str) {
+    assert_store_counts(store, &tag_counts(tags), &["isa", "owns"], ctx);
+}
+
+/// Asserts that `check()` finds no fault; `ctx` says when.
 fn assert_check_ok(store: &Store, ctx: &str) {
     let r = store.check().expect("check");
     assert!(r.ok(), "{ctx}: check found faults: {:?}", r.faults);
@@ -198,6 +214,40 @@ fn make_store(dir: &Path, name: &str, tags: &[Tag]) -> PathBuf {
     path
 }
 
+/// A store made by [`make_store`], opened again read-write.
+fn open_made(dir: &Path, name: &str, tags: &[Tag]) -> (PathBuf, Store) {
+    let path = make_store(dir, name, tags);
+    let s = Store::open(&path).expect("open");
+    (path, s)
+}
+
+/// For a writer test: [`lib_test`], and a store holding `a isa sunset`
+/// reopened with its counts loaded (count 1).
+fn sunset_writer() -> (
+    RwLockReadGuard<'static, ()>,
+    tempfile::TempDir,
+    PathBuf,
+    Store,
+) {
+    let (g, dir) = lib_test();
+    let (path, w) = open_made(dir.path(), "w.tags", &[tag("a", "isa", "sunset")]);
+    assert_eq!(w.count("sunset", "isa").expect("count"), 1);
+    (g, dir, path, w)
+}
+
+/// Inserts `t` into `s` and takes the increment, which must hold just its +1.
+fn insert_and_ship(s: &Store, t: &Tag) -> Increment {
+    assert!(s.insert(t).expect("insert"));
+    let inc = s
+        .take_increment()
+        .expect("take_increment")
+        .expect("one change");
+    let one = (t.relationship.clone(), t.subject.clone(), 1);
+    assert_eq!(inc.deltas, vec![one]);
+    inc
+}
+
+/// A hand-made increment of `writer` numbered `seq` carrying `deltas`.
 fn foreign_increment(writer: u64, seq: u64, deltas: &[(&str, &str, i64)]) -> Increment {
     Increment {
         id: IncrementId { writer, seq },
@@ -208,6 +258,7 @@ fn foreign_increment(writer: u64, seq: u64, deltas: &[(&str, &str, i64)]) -> Inc
     }
 }
 
+/// The number of property-test cases: `TAGSTORE_PROPTEST_CASES`, else 96.
 fn cases() -> u32 {
     std::env::var("TAGSTORE_PROPTEST_CASES")
         .ok()
@@ -225,6 +276,7 @@ const OBJECTS_PER_WRITER: usize = 3;
 /// (object slot within the writer's partition, relationship, subject)
 type TagIx = (usize, usize, usize);
 
+/// The tag of writer `w` that a [`TagIx`] stands for.
 fn writer_tag(w: usize, (o, r, s): TagIx) -> Tag {
     Tag::new(format!("writer{w}/object{o}"), RELS[r], SUBJECTS[s])
 }
@@ -263,10 +315,12 @@ enum Op {
     WriterQuery(usize),
 }
 
+/// Any [`TagIx`].
 fn tag_ix() -> impl Strategy<Value = TagIx> {
     (0..OBJECTS_PER_WRITER, 0..RELS.len(), 0..SUBJECTS.len())
 }
 
+/// Any [`Op`] that `mode` allows, weighted.
 fn op(mode: Mode) -> BoxedStrategy<Op> {
     let w = || 0..WRITERS;
     let mut v: Vec<(u32, BoxedStrategy<Op>)> = vec![
@@ -316,6 +370,7 @@ struct Case {
     newest_first: bool,
 }
 
+/// Any [`Case`] for `mode`.
 fn case(mode: Mode) -> impl Strategy<Value = Case> {
     (
         prop::collection::vec(op(mode), 1..70),
@@ -823,6 +878,7 @@ impl<'c> Sim<'c> {
     }
 }
 
+/// Runs the model property test in `mode`.
 fn run_model(mode: Mode) {
     let _g = lib_guard();
     let cov = Coverage::default();
@@ -923,8 +979,7 @@ fn writers_own_counts_while_shipping() {
 /// with that version's exactly-once state.
 #[test]
 fn torn_merge_record_leaves_previous_version() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let wp = dir.path().join("writer.tags");
     let cp = dir.path().join("collector.tags");
     let w = Store::create(&wp, &small()).expect("create");
@@ -1019,6 +1074,7 @@ fn torn_merge_record_leaves_previous_version() {
 
 // ---------------------------------------------------------------- rebuild
 
+/// The tags most rebuild tests start from (three "sunset", an awkward subject).
 fn base_tags() -> Vec<Tag> {
     vec![
         tag("a", "isa", "sunset"),
@@ -1028,6 +1084,22 @@ fn base_tags() -> Vec<Tag> {
         tag("b", "owns", "cat"),
         tag("d", "isa", "é\t\n"),
     ]
+}
+
+/// Holds [`lib_guard`] and runs `body(loaded_first, path, tags, store)` for
+/// `loaded_first` false and true, each on a new store `s0.tags`/`s1.tags`
+/// holding [`base_tags`] (its tags given), reopened; when `loaded_first`,
+/// its counts were first loaded by asserting that `subject` under "isa"
+/// counts `n`.
+fn for_base_stores((subject, n): (&str, u64), body: impl Fn(bool, PathBuf, BTreeSet<Tag>, Store)) {
+    let (_g, dir) = lib_test();
+    for (i, loaded_first) in [false, true].into_iter().enumerate() {
+        let (path, s) = open_made(dir.path(), &format!("s{i}.tags"), &base_tags());
+        if loaded_first {
+            assert_eq!(s.count(subject, "isa").expect("count"), n);
+        }
+        body(loaded_first, path, base_tags().into_iter().collect(), s);
+    }
 }
 
 /// A store whose counts file holds a snapshot and one merge record (+2 net).
@@ -1048,8 +1120,7 @@ fn store_with_merge(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>) {
 /// with tags: the counts are rebuilt from the tags (and persisted again).
 #[test]
 fn damaged_counts_file_is_rebuilt_from_tags() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let other = make_store(
         dir.path(),
         "other.tags",
@@ -1099,14 +1170,8 @@ fn damaged_counts_file_is_rebuilt_from_tags() {
 /// zero (so the totals alone would not tell).
 #[test]
 fn unclean_shutdown_that_lost_pending_changes_is_rebuilt() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (i, loaded_first) in [false, true].into_iter().enumerate() {
-        let path = make_store(dir.path(), &format!("s{i}.tags"), &base_tags());
-        let mut tags: BTreeSet<Tag> = base_tags().into_iter().collect();
-        let s = Store::open(&path).expect("open");
+    for_base_stores(("sunset", 3), |loaded_first, path, mut tags, s| {
         if loaded_first {
-            assert_eq!(s.count("sunset", "isa").expect("count"), 3);
             // Merged mid-session, then more changes that stay pending.
             assert!(s.insert(&tag("z", "isa", "sunset")).expect("insert"));
             tags.insert(tag("z", "isa", "sunset"));
@@ -1132,22 +1197,14 @@ fn unclean_shutdown_that_lost_pending_changes_is_rebuilt() {
         let s = Store::open(&path).expect("reopen");
         assert_store_counts(&s, &want, &["isa", "owns"], "after crash, close, reopen");
         assert_check_ok(&s, "after crash, close, reopen");
-    }
+    });
 }
 
 /// Changes made with counting off (net zero, so totals match) then a clean
 /// close: the next open's counts equal the tags.
 #[test]
 fn counting_off_then_close_is_rebuilt_on_next_open() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    for (i, loaded_first) in [false, true].into_iter().enumerate() {
-        let path = make_store(dir.path(), &format!("s{i}.tags"), &base_tags());
-        let mut tags: BTreeSet<Tag> = base_tags().into_iter().collect();
-        let s = Store::open(&path).expect("open");
-        if loaded_first {
-            assert_eq!(s.count("beach", "isa").expect("count"), 1);
-        }
+    for_base_stores(("beach", 1), |_, path, mut tags, s| {
         // Counted change, then uncounted ones, then counted again.
         assert!(s.insert(&tag("k", "isa", "beach")).expect("insert"));
         s.set_counting(false);
@@ -1171,7 +1228,7 @@ fn counting_off_then_close_is_rebuilt_on_next_open() {
         s.close().expect("close");
         let s = Store::open_read_only(&path).expect("reopen");
         assert_store_counts(&s, &want, &["isa", "owns"], "read-only after counting off");
-    }
+    });
 }
 
 /// `check()` reports own-only counts that disagree with the tags while
@@ -1182,17 +1239,10 @@ fn counting_off_then_close_is_rebuilt_on_next_open() {
 /// file written in the documented format (DESIGN.md §8).
 #[test]
 fn check_reports_wrong_own_only_counts() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "s.tags", &base_tags());
-    let s = Store::open(&path).expect("open");
+    let (_g, dir) = lib_test();
+    let (path, s) = open_made(dir.path(), "s.tags", &base_tags());
     assert_eq!(s.count("sunset", "isa").expect("count"), 3);
-    assert!(s.insert(&tag("n", "isa", "beach")).expect("insert"));
-    let shipped = s
-        .take_increment()
-        .expect("take_increment")
-        .expect("one change");
-    assert_eq!(shipped.deltas, vec![("isa".into(), "beach".into(), 1)]);
+    let shipped = insert_and_ship(&s, &tag("n", "isa", "beach"));
     assert!(
         !s.submit_increment(shipped.clone()).expect("submit"),
         "a shipped increment sent back is already merged"
@@ -1268,16 +1318,17 @@ fn check_reports_wrong_own_only_counts() {
 }
 
 /// A counts-file record in the documented layout (DESIGN.md §8): the same
-/// serde shape as the private `Record` of src/counts.rs.
+/// serde shape as the private `Record` of src/counts.rs. Snapshot counts are
+/// `i64`; `Record<u64>` is the first format (d62a97a), same magic (bincode
+/// writes no type names, so the bytes are those of that format's records).
 #[derive(serde::Serialize)]
-enum Record {
+enum Record<N = i64> {
     Snapshot {
         version: u64,
         own_only: bool,
-        counts: Vec<(String, String, i64)>,
+        counts: Vec<(String, String, N)>,
         processed: Vec<IncrementId>,
     },
-    #[allow(dead_code)]
     Merge {
         version: u64,
         ids: Vec<IncrementId>,
@@ -1286,21 +1337,27 @@ enum Record {
     },
 }
 
-/// The first format (d62a97a): snapshot counts were `u64`, same magic.
-#[derive(serde::Serialize)]
-enum FirstRecord {
-    Snapshot {
-        version: u64,
-        own_only: bool,
-        counts: Vec<(String, String, u64)>,
-        processed: Vec<IncrementId>,
-    },
-    Merge {
-        version: u64,
-        ids: Vec<IncrementId>,
-        deltas: Vec<(String, String, i64)>,
-        foreign: bool,
-    },
+/// A collector's records: a snapshot of `counts` (version 1, `ids[0]`
+/// processed), then a foreign merge (version 2) of `ids[1]` with `deltas`.
+fn snapshot_and_merge<N>(
+    counts: Vec<(String, String, N)>,
+    ids: [IncrementId; 2],
+    deltas: Vec<(String, String, i64)>,
+) -> [Record<N>; 2] {
+    [
+        Record::Snapshot {
+            version: 1,
+            own_only: false,
+            counts,
+            processed: vec![ids[0]],
+        },
+        Record::Merge {
+            version: 2,
+            ids: vec![ids[1]],
+            deltas,
+            foreign: true,
+        },
+    ]
 }
 
 /// Writes `STORE.counts`: magic, seed, then `len`, CRC32, bincode-2 body per record.
@@ -1333,10 +1390,8 @@ fn write_counts_file_with<R: serde::Serialize>(
 /// file cannot be built this way for the own-only check (see the test above).
 #[test]
 fn foreign_counts_are_kept_and_not_checked() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "s.tags", &base_tags());
-    let s = Store::open(&path).expect("open");
+    let (_g, dir) = lib_test();
+    let (path, s) = open_made(dir.path(), "s.tags", &base_tags());
     let inc = foreign_increment(0xF0F0, 0, &[("isa", "sunset", 5), ("isa", "beach", -1)]);
     assert!(s.submit_increment(inc.clone()).expect("submit"));
     let mut want = tag_counts(&base_tags());
@@ -1361,8 +1416,7 @@ fn foreign_counts_are_kept_and_not_checked() {
 /// Maintenance rewrites the store; its counts stay valid (same tags, same seed).
 #[test]
 fn counts_survive_maintain() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let (path, tags) = store_with_merge(dir.path(), "s.tags");
     Store::maintain(&path, &tagstore::MaintainOptions::default(), |_, _| {}).expect("maintain");
     let s = Store::open(&path).expect("open");
@@ -1380,8 +1434,7 @@ fn counts_survive_maintain() {
 /// added 1: count 1 for a tag that exists nowhere.
 #[test]
 fn out_of_order_increments_of_one_writer_give_the_same_counts() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let w = Store::create(dir.path().join("w.tags"), &small()).expect("create");
     let t = tag("p", "isa", "sunset");
     assert!(w.insert(&t).expect("insert"));
@@ -1417,20 +1470,11 @@ fn out_of_order_increments_of_one_writer_give_the_same_counts() {
 /// counts are exact for every caller"): both consumers shared one pending map.
 #[test]
 fn own_counts_include_changes_shipped_with_take_increment() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "w.tags", &[tag("a", "isa", "sunset")]);
-    let w = Store::open(&path).expect("open");
-    assert_eq!(w.count("sunset", "isa").expect("count"), 1);
-    assert!(w.insert(&tag("b", "isa", "sunset")).expect("insert"));
-    let inc = w
-        .take_increment()
-        .expect("take_increment")
-        .expect("shipped");
-    assert_eq!(inc.deltas, vec![("isa".into(), "sunset".into(), 1)]);
+    let (_g, _dir, _path, w) = sunset_writer();
+    insert_and_ship(&w, &tag("b", "isa", "sunset"));
+    let own = w.count("sunset", "isa").expect("count");
     assert_eq!(
-        w.count("sunset", "isa").expect("count"),
-        2,
+        own, 2,
         "own count after shipping the change: the tags say 2"
     );
 }
@@ -1441,11 +1485,7 @@ fn own_counts_include_changes_shipped_with_take_increment() {
 /// `check()` reported the store.
 #[test]
 fn shipped_net_zero_changes_leave_own_counts_wrong_after_reopen() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "w.tags", &[tag("a", "isa", "sunset")]);
-    let w = Store::open(&path).expect("open");
-    assert_eq!(w.count("sunset", "isa").expect("count"), 1);
+    let (_g, _dir, path, w) = sunset_writer();
     assert!(w.insert(&tag("b", "isa", "beach")).expect("insert"));
     assert!(w.delete(&tag("a", "isa", "sunset")).expect("delete"));
     assert!(w.take_increment().expect("take_increment").is_some());
@@ -1468,8 +1508,7 @@ fn shipped_net_zero_changes_leave_own_counts_wrong_after_reopen() {
 /// them; likewise when the first use rebuilt the counts from the tags.
 #[test]
 fn take_increment_after_count_still_holds_the_changes() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let w = Store::create(dir.path().join("w.tags"), &small()).expect("create");
     assert!(w.insert(&tag("a", "isa", "sunset")).expect("insert"));
     assert_eq!(w.count("sunset", "isa").expect("count"), 1);
@@ -1487,8 +1526,7 @@ fn take_increment_after_count_still_holds_the_changes() {
 /// collector (here: all 10,050).
 #[test]
 fn auto_merge_past_10000_keys_keeps_changes_for_take_increment() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let n = AUTO_MERGE_KEYS + 50;
     let w = Store::create(
         dir.path().join("w.tags"),
@@ -1526,8 +1564,7 @@ fn auto_merge_past_10000_keys_keeps_changes_for_take_increment() {
 /// itself): whether or not the counts were loaded before the change.
 #[test]
 fn increment_submitted_to_its_own_store_counts_once() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     for (i, loaded_first) in [true, false].into_iter().enumerate() {
         let w = Store::create(dir.path().join(format!("w{i}.tags")), &small()).expect("create");
         if loaded_first {
@@ -1556,6 +1593,17 @@ fn increment_submitted_to_its_own_store_counts_once() {
     }
 }
 
+/// A store `w.tags` in `dir` holding [`base_tags`], reopened, that inserted
+/// `n isa beach` and shipped it: its path, the store, the increment and the tags.
+fn shipped_base(dir: &Path) -> (PathBuf, Store, Increment, BTreeSet<Tag>) {
+    let (path, w) = open_made(dir, "w.tags", &base_tags());
+    let t = tag("n", "isa", "beach");
+    let inc = insert_and_ship(&w, &t);
+    let mut tags: BTreeSet<Tag> = base_tags().into_iter().collect();
+    tags.insert(t);
+    (path, w, inc, tags)
+}
+
 /// The same promise after the own counts were rebuilt from the tags (changes
 /// made with counting off in the same session; an unclean shutdown): the
 /// rebuilt counts already hold the shipped change, so the increment sent
@@ -1565,14 +1613,8 @@ fn increment_submitted_to_its_own_store_counts_once() {
 /// See also `increment_sent_back_after_a_crash_changes_nothing`.
 #[test]
 fn increment_sent_back_after_a_rebuild_changes_nothing() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "w.tags", &base_tags());
-    let w = Store::open(&path).expect("open");
-    assert!(w.insert(&tag("n", "isa", "beach")).expect("insert"));
-    let inc = w.take_increment().expect("take_increment").expect("change");
-    let mut tags: BTreeSet<Tag> = base_tags().into_iter().collect();
-    tags.insert(tag("n", "isa", "beach"));
+    let (_g, dir) = lib_test();
+    let (_path, w, inc, mut tags) = shipped_base(dir.path());
     // Counting off for one change: the next use rebuilds the own counts.
     w.set_counting(false);
     assert!(w.insert(&tag("m", "owns", "dog")).expect("insert"));
@@ -1580,12 +1622,8 @@ fn increment_sent_back_after_a_rebuild_changes_nothing() {
     w.set_counting(true);
     assert_store_counts(&w, &tag_counts(&tags), &["isa", "owns"], "rebuilt");
     let fresh = w.submit_increment(inc.clone()).expect("submit");
-    assert_store_counts(
-        &w,
-        &tag_counts(&tags),
-        &["isa", "owns"],
-        &format!("shipped increment sent back after a rebuild (accepted: {fresh})"),
-    );
+    let ctx = format!("shipped increment sent back after a rebuild (accepted: {fresh})");
+    assert_counts_of(&w, &tags, &ctx);
     assert!(!fresh, "already in the counts: must be discarded");
     w.close().expect("close");
 }
@@ -1598,15 +1636,9 @@ fn increment_sent_back_after_a_rebuild_changes_nothing() {
 /// no longer checked, so the error is permanent and `check()` stays silent.
 #[test]
 fn increment_sent_back_after_a_crash_changes_nothing() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "w.tags", &base_tags());
-    let w = Store::open(&path).expect("open");
-    assert!(w.insert(&tag("n", "isa", "beach")).expect("insert"));
-    let inc = w.take_increment().expect("take_increment").expect("change");
+    let (_g, dir) = lib_test();
+    let (path, w, inc, tags) = shipped_base(dir.path());
     w.abandon();
-    let mut tags: BTreeSet<Tag> = base_tags().into_iter().collect();
-    tags.insert(tag("n", "isa", "beach"));
     let w = Store::open(&path).expect("reopen");
     assert!(w.recovered_on_open());
     assert_store_counts(&w, &tag_counts(&tags), &["isa", "owns"], "after the crash");
@@ -1614,12 +1646,8 @@ fn increment_sent_back_after_a_crash_changes_nothing() {
     w.close().expect("close");
     let w = Store::open(&path).expect("reopen");
     assert_check_ok(&w, "after the increment came back");
-    assert_store_counts(
-        &w,
-        &tag_counts(&tags),
-        &["isa", "owns"],
-        &format!("shipped increment sent back after a crash (accepted: {fresh})"),
-    );
+    let ctx = format!("shipped increment sent back after a crash (accepted: {fresh})");
+    assert_counts_of(&w, &tags, &ctx);
 }
 
 /// Format compatibility: the first counts format (d62a97a) stored snapshot
@@ -1630,14 +1658,13 @@ fn increment_sent_back_after_a_crash_changes_nothing() {
 /// shows the hand-written layout is the one the store reads.
 #[test]
 fn counts_file_of_the_first_format_is_not_misread() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
+    let (_g, dir) = lib_test();
     let seed = 0xC0;
     let ids = [
         IncrementId { writer: 9, seq: 0 },
         IncrementId { writer: 9, seq: 1 },
     ];
-    let snapshot_counts = [
+    let snapshot_counts: [(&str, &str, i64); 3] = [
         ("isa", "beach", 4),
         ("isa", "sunset", 3),
         ("owns", "dog", 7),
@@ -1662,50 +1689,18 @@ fn counts_file_of_the_first_format_is_not_misread() {
         .expect("create");
         c.close().expect("close");
         let delta = vec![(merge.0 .0.to_string(), merge.0 .1.to_string(), merge.1)];
+        let counts = snapshot_counts
+            .iter()
+            .map(|(r, s, n)| (r.to_string(), s.to_string(), *n));
         if first_format {
-            write_counts_file_with(
-                b"TSCOUNT1",
-                &path,
-                seed,
-                &[
-                    FirstRecord::Snapshot {
-                        version: 1,
-                        own_only: false,
-                        counts: snapshot_counts
-                            .iter()
-                            .map(|(r, s, n)| (r.to_string(), s.to_string(), *n as u64))
-                            .collect(),
-                        processed: vec![ids[0]],
-                    },
-                    FirstRecord::Merge {
-                        version: 2,
-                        ids: vec![ids[1]],
-                        deltas: delta,
-                        foreign: true,
-                    },
-                ],
-            );
+            let counts = counts.map(|(r, s, n)| (r, s, n as u64)).collect();
+            let records = snapshot_and_merge(counts, ids, delta);
+            write_counts_file_with(b"TSCOUNT1", &path, seed, &records);
         } else {
             write_counts_file(
                 &path,
                 seed,
-                &[
-                    Record::Snapshot {
-                        version: 1,
-                        own_only: false,
-                        counts: snapshot_counts
-                            .iter()
-                            .map(|(r, s, n)| (r.to_string(), s.to_string(), *n))
-                            .collect(),
-                        processed: vec![ids[0]],
-                    },
-                    Record::Merge {
-                        version: 2,
-                        ids: vec![ids[1]],
-                        deltas: delta,
-                        foreign: true,
-                    },
-                ],
+                &snapshot_and_merge(counts.collect(), ids, delta),
             );
         }
         let c = Store::open(&path).expect("open");
@@ -1734,10 +1729,8 @@ fn counts_file_of_the_first_format_is_not_misread() {
 /// (and `check()` skipped them as stale).
 #[test]
 fn counting_off_changes_are_rebuilt_on_next_use_in_the_same_session() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "s.tags", &base_tags());
-    let s = Store::open(&path).expect("open");
+    let (_g, dir) = lib_test();
+    let (_path, s) = open_made(dir.path(), "s.tags", &base_tags());
     assert_eq!(s.count("sunset", "isa").expect("count"), 3);
     s.set_counting(false);
     assert!(s.insert(&tag("z", "isa", "sunset")).expect("insert"));
@@ -1757,10 +1750,8 @@ fn counting_off_changes_are_rebuilt_on_next_use_in_the_same_session() {
 /// counts (DESIGN §8: a damaged counts file causes a rebuild).
 #[test]
 fn damaged_net_zero_merge_record_is_rebuilt() {
-    let _g = lib_guard();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = make_store(dir.path(), "s.tags", &base_tags());
-    let s = Store::open(&path).expect("open");
+    let (_g, dir) = lib_test();
+    let (path, s) = open_made(dir.path(), "s.tags", &base_tags());
     let before = fs::metadata(counts_path(&path)).expect("counts").len();
     assert!(s.insert(&tag("q", "isa", "dawn")).expect("insert"));
     assert!(s.delete(&tag("a", "isa", "beach")).expect("delete"));
@@ -1784,33 +1775,11 @@ fn damaged_net_zero_merge_record_is_rebuilt() {
 
 // -------------------------------------------------------------------- CLI
 
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-fn run(args: &[&std::ffi::OsStr]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .expect("run tagstore");
-    assert!(
-        out.status.success(),
-        "tagstore {args:?} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
+/// Runs `tagstore` with these arguments (`&str` or `&OsStr`) and asserts success.
 macro_rules! cli {
     ($($a:expr),* $(,)?) => {
-        run(&[$(std::ffi::OsStr::new($a)),*])
+        ok(run(&[$(std::ffi::OsStr::new($a)),*]))
     };
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
 }
 
 /// `count` and `cloud` (text and JSON) on the Debian fixture, against counts
@@ -1818,7 +1787,7 @@ fn stdout(o: &Output) -> String {
 #[test]
 fn cli_count_and_cloud_on_debian_fixture() {
     let _g = cli_guard();
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/debian-packages.tsv");
+    let fixture = fixture("debian-packages.tsv");
     let text = fs::read_to_string(&fixture).expect("fixture");
     let mut tags: BTreeSet<Tag> = text
         .lines()

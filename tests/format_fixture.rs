@@ -22,6 +22,9 @@
 //! for a new format version):
 //! `cargo test --test format_fixture -- --ignored regenerate_format_fixture`.
 
+mod common;
+
+use common::cli::{fixture, parse_fields, tsv_line};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use tagstore::{CreateOptions, Store, Tag};
@@ -35,12 +38,7 @@ const SLOT: usize = 160;
 const SLOTS: usize = 25;
 const HEADER: usize = 96;
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures")
-        .join(name)
-}
-
+/// The recipe's geometry and seed.
 fn recipe_options() -> CreateOptions {
     CreateOptions {
         expected_tags: 200,
@@ -53,56 +51,19 @@ fn recipe_options() -> CreateOptions {
 
 // --- TSV, implemented independently of the crate -----------------------------
 
-fn esc(f: &str) -> String {
-    let mut o = String::new();
-    for c in f.chars() {
-        match c {
-            '\\' => o.push_str("\\\\"),
-            '\t' => o.push_str("\\t"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-fn unesc(f: &str) -> String {
-    let mut o = String::new();
-    let mut it = f.chars();
-    while let Some(c) = it.next() {
-        if c != '\\' {
-            o.push(c);
-            continue;
-        }
-        match it.next() {
-            Some('\\') => o.push('\\'),
-            Some('t') => o.push('\t'),
-            Some('n') => o.push('\n'),
-            Some('r') => o.push('\r'),
-            other => panic!("bad escape \\{other:?} in {f:?}"),
-        }
-    }
-    o
-}
-
+/// The TSV line of a tag.
 fn line_of(t: &Tag) -> String {
-    format!(
-        "{}\t{}\t{}",
-        esc(&t.object),
-        esc(&t.relationship),
-        esc(&t.subject)
-    )
+    tsv_line(&t.object, &t.relationship, &t.subject)
 }
 
+/// The tags of a TSV file, one a line.
 fn read_tsv(path: &Path) -> Vec<Tag> {
     std::fs::read_to_string(path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
         .lines()
         .map(|l| {
-            let f: Vec<&str> = l.split('\t').collect();
-            assert_eq!(f.len(), 3, "{}: line {l:?}", path.display());
-            Tag::new(unesc(f[0]), unesc(f[1]), unesc(f[2]))
+            let (o, r, sub) = parse_fields(l, &format!("{}: ", path.display()));
+            Tag::new(o, r, sub)
         })
         .collect()
 }
@@ -186,6 +147,7 @@ fn copy_fixture(dir: &Path) -> (PathBuf, Vec<u8>) {
     (p, orig)
 }
 
+/// The content listed in fixtures/format-v1.tsv, which must be sorted.
 fn expected() -> Vec<Tag> {
     let v = read_tsv(&fixture("format-v1.tsv"));
     let mut sorted = v.clone();
@@ -194,6 +156,20 @@ fn expected() -> Vec<Tag> {
     v
 }
 
+/// Asserts that a FIND (`what`) succeeded and answered `want`, each string once.
+fn assert_found<E: std::fmt::Debug>(
+    got: Result<Vec<String>, E>,
+    want: &BTreeSet<&str>,
+    what: &str,
+) {
+    let got = got.unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    let set: BTreeSet<&str> = got.iter().map(String::as_str).collect();
+    assert_eq!(set.len(), got.len(), "{what} repeats");
+    assert_eq!(&set, want, "{what}");
+}
+
+/// Asserts that FIND in both directions answers exactly `content`, and
+/// that absent keys find nothing.
 fn find_all(s: &Store, content: &[Tag]) {
     let mut by_o: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
     let mut by_s: BTreeMap<(&str, &str), BTreeSet<&str>> = BTreeMap::new();
@@ -206,22 +182,12 @@ fn find_all(s: &Store, content: &[Tag]) {
             .insert(&t.object);
     }
     for ((o, r), want) in &by_o {
-        let got: Vec<String> = s
-            .find_subjects(o, r)
-            .collect::<Result<_, _>>()
-            .expect("find_subjects");
-        let set: BTreeSet<&str> = got.iter().map(String::as_str).collect();
-        assert_eq!(set.len(), got.len(), "FIND <{o:?}, {r:?}, *> repeats");
-        assert_eq!(&set, want, "FIND <{o:?}, {r:?}, *>");
+        let what = format!("FIND <{o:?}, {r:?}, *>");
+        assert_found(s.find_subjects(o, r).collect(), want, &what);
     }
     for ((sub, r), want) in &by_s {
-        let got: Vec<String> = s
-            .find_objects(sub, r)
-            .collect::<Result<_, _>>()
-            .expect("find_objects");
-        let set: BTreeSet<&str> = got.iter().map(String::as_str).collect();
-        assert_eq!(set.len(), got.len(), "FIND <*, {r:?}, {sub:?}> repeats");
-        assert_eq!(&set, want, "FIND <*, {r:?}, {sub:?}>");
+        let what = format!("FIND <*, {r:?}, {sub:?}>");
+        assert_found(s.find_objects(sub, r).collect(), want, &what);
     }
     // Keys that are absent, or only differ in relationship, find nothing.
     assert_eq!(s.find_subjects("item001", "no_such_rel").count(), 0);
@@ -229,6 +195,7 @@ fn find_all(s: &Store, content: &[Tag]) {
     assert_eq!(s.find_subjects("nobody", "isa").count(), 0);
 }
 
+/// The store's tags, sorted.
 fn sorted_tags(s: &Store) -> Vec<Tag> {
     let mut v: Vec<Tag> = s.tags().collect::<Result<_, _>>().expect("tags");
     v.sort();
@@ -281,9 +248,11 @@ fn fixture_reads_back_exactly() {
     );
 }
 
+/// The little-endian `u32` at offset `o` of `b`.
 fn rd32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
+/// The little-endian `u64` at offset `o` of `b`.
 fn rd64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }

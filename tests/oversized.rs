@@ -10,6 +10,7 @@ use proptest::prelude::*;
 use std::collections::BTreeSet;
 use tagstore::{CreateOptions, Error, Store, Tag, MAX_TAG_BYTES, SLOT_SIZE};
 
+/// A small store's options (2 primary buckets per half, 1-block buckets).
 fn opts() -> CreateOptions {
     CreateOptions {
         expected_tags: 100,
@@ -20,10 +21,13 @@ fn opts() -> CreateOptions {
     }
 }
 
+/// The bytes of a tag's three strings, in UTF-8.
 fn text_bytes(t: &Tag) -> usize {
     t.object.len() + t.relationship.len() + t.subject.len()
 }
 
+/// Asserts that inserting `t` fails with the exact `TagTooLarge` and
+/// that `contains` and `delete` find nothing.
 fn assert_too_large(store: &Store, t: &Tag) {
     let needed = 4 + text_bytes(t);
     match store.insert(t) {
@@ -44,6 +48,8 @@ fn assert_too_large(store: &Store, t: &Tag) {
     assert!(!store.delete(t).expect("delete of an oversized tag"));
 }
 
+/// Asserts the store holds exactly `want`, each tag found both ways, and
+/// that `check()` is clean; `when` says when.
 fn assert_state(store: &Store, want: &BTreeSet<Tag>, when: &str) {
     assert_eq!(store.len(), want.len() as u64, "len() {when}");
     let got: BTreeSet<Tag> = store.tags().collect::<Result<_, _>>().expect("tags");
@@ -179,6 +185,7 @@ fn exactly_160_byte_tags_are_stored_intact() {
     assert_state(&store, &BTreeSet::new(), "after deleting them");
 }
 
+/// A string for one field: ASCII, multi-byte, any printable, or empty.
 fn piece() -> impl Strategy<Value = String> {
     prop_oneof![
         "[a-z]{0,80}",
