@@ -18,14 +18,12 @@
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 mod common;
 
 use common::store::{expect_locked, holds_write_lock, serial, sorted_objects, spawn_cli_holder};
 use tagstore::{CreateOptions, Error, Store, Tag};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
 
 fn opts() -> CreateOptions {
     CreateOptions {
@@ -53,12 +51,9 @@ fn contents(path: &Path) -> BTreeSet<Tag> {
     s.tags().collect::<Result<_, _>>().expect("tags")
 }
 
+/// Runs the CLI (stdin closed; a panic or a signal fails the test).
 fn cli(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tagstore")
+    common::cli::run(args)
 }
 
 /// Asserts the CLI refused because of the lock: exit 1, "error:" and "locked" on stderr.

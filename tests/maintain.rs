@@ -793,12 +793,9 @@ fn compaction_does_not_grow_allocated_bytes() {
     );
 }
 
+/// Runs the CLI (stdin closed; a panic or a signal fails the test).
 fn cli(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tagstore")
+    common::cli::run(args)
 }
 
 fn stderr_of(o: &Output) -> String {
