@@ -33,8 +33,11 @@ fn opts() -> CreateOptions {
     }
 }
 
-fn seeded_store(dir: &Path) -> (PathBuf, BTreeSet<Tag>) {
-    let path = dir.join("locked.tags");
+/// A new temporary directory holding a closed store of 50 tags: the
+/// directory (removed on drop), the store's path and its tags.
+fn seeded_store() -> (tempfile::TempDir, PathBuf, BTreeSet<Tag>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("locked.tags");
     let tags: BTreeSet<Tag> = (0..50)
         .map(|i| Tag::new(format!("o{i}"), "isa", format!("s{}", i % 7)))
         .collect();
@@ -43,7 +46,7 @@ fn seeded_store(dir: &Path) -> (PathBuf, BTreeSet<Tag>) {
         s.insert(t).expect("insert");
     }
     s.close().expect("close");
-    (path, tags)
+    (dir, path, tags)
 }
 
 fn contents(path: &Path) -> BTreeSet<Tag> {
@@ -80,8 +83,7 @@ fn assert_refused_locked(out: &Output, what: &str) {
 #[test]
 fn second_writer_in_process_is_locked() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = seeded_store(dir.path());
+    let (_dir, path, tags) = seeded_store();
     let w = Store::open(&path).expect("first open");
     expect_locked(Store::open(&path), &path, "second Store::open");
     expect_locked(Store::open(&path), &path, "third Store::open");
@@ -102,8 +104,7 @@ fn second_writer_in_process_is_locked() {
 #[test]
 fn reader_and_writer_exclude_each_other() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = seeded_store(dir.path());
+    let (_dir, path, tags) = seeded_store();
 
     let w = Store::open(&path).expect("writer");
     expect_locked(
@@ -136,8 +137,7 @@ fn reader_and_writer_exclude_each_other() {
 #[test]
 fn two_readers_at_once() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = seeded_store(dir.path());
+    let (_dir, path, tags) = seeded_store();
     let a = Store::open_read_only(&path).expect("reader a");
     let b = Store::open_read_only(&path).expect("reader b");
     let c = Store::open_read_only(&path).expect("reader c");
@@ -219,8 +219,7 @@ fn settled_bytes(path: &Path) -> Vec<u8> {
 #[test]
 fn cli_writer_in_another_process_locks_out_cli() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = seeded_store(dir.path());
+    let (_dir, path, tags) = seeded_store();
     let p = path.to_str().expect("utf8 path");
     let before = std::fs::read(&path).expect("read");
 
@@ -273,8 +272,7 @@ fn cli_writer_in_another_process_locks_out_cli() {
 #[test]
 fn refused_cli_leaves_store_byte_identical() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = seeded_store(dir.path());
+    let (_dir, path, tags) = seeded_store();
     let p = path.to_str().expect("utf8 path");
     let mut holder = spawn_cli_holder(Path::new(p));
     wait_until_locked(&path, &mut holder);
@@ -310,8 +308,7 @@ fn refused_cli_leaves_store_byte_identical() {
 #[test]
 fn library_writer_locks_out_cli() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags) = seeded_store(dir.path());
+    let (_dir, path, tags) = seeded_store();
     let p = path.to_str().expect("utf8 path");
     let w = Store::open(&path).expect("open");
     let out = cli(&["insert", p, "a", "b", "c"]);
