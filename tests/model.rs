@@ -144,21 +144,15 @@ fn sorted_unique(what: &str, it: impl Iterator<Item = tagstore::Result<String>>)
     v
 }
 
-fn subjects_of(model: &BTreeSet<Tag>, o: &str, r: &str) -> Vec<String> {
+/// The model's answer to a FIND of `name` under `r` in `half`, sorted.
+fn names_of(model: &BTreeSet<Tag>, half: Half, name: &str, r: &str) -> Vec<String> {
     let mut v: Vec<String> = model
         .iter()
-        .filter(|t| t.object == o && t.relationship == r)
-        .map(|t| t.subject.clone())
-        .collect();
-    v.sort();
-    v
-}
-
-fn objects_of(model: &BTreeSet<Tag>, s: &str, r: &str) -> Vec<String> {
-    let mut v: Vec<String> = model
-        .iter()
-        .filter(|t| t.subject == s && t.relationship == r)
-        .map(|t| t.object.clone())
+        .filter(|t| t.relationship == r)
+        .filter_map(|t| match half {
+            Half::Object => (t.object == name).then(|| t.subject.clone()),
+            Half::Subject => (t.subject == name).then(|| t.object.clone()),
+        })
         .collect();
     v.sort();
     v
@@ -170,11 +164,11 @@ fn check_find(store: &Store, model: &BTreeSet<Tag>, half: Half, name: &str, r: &
     let (what, want) = match half {
         Half::Object => (
             format!("find_subjects({name:?}, {r:?})"),
-            subjects_of(model, name, r),
+            names_of(model, Half::Object, name, r),
         ),
         Half::Subject => (
             format!("find_objects({name:?}, {r:?})"),
-            objects_of(model, name, r),
+            names_of(model, Half::Subject, name, r),
         ),
     };
     let got = match half {

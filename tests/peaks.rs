@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::store::sized;
+use common::store::{sized, sorted_objects, sorted_subjects};
 use std::collections::BTreeSet;
 use std::time::Instant;
 use tagstore::testing::{bucket_of, key_hash};
@@ -17,24 +17,6 @@ use tagstore::{Half, Store, Tag};
 
 const PEAK: usize = 200_000;
 const SEED: u64 = 0x5eed_5ea5;
-
-fn find_objects_sorted(store: &Store, subject: &str, rel: &str) -> Vec<String> {
-    let mut v: Vec<String> = store
-        .find_objects(subject, rel)
-        .collect::<Result<_, _>>()
-        .expect("find_objects");
-    v.sort_unstable();
-    v
-}
-
-fn find_subjects_sorted(store: &Store, object: &str, rel: &str) -> Vec<String> {
-    let mut v: Vec<String> = store
-        .find_subjects(object, rel)
-        .collect::<Result<_, _>>()
-        .expect("find_subjects");
-    v.sort_unstable();
-    v
-}
 
 /// A subject other than `peak` whose (rel, subject) key lands in the peak's
 /// subject-half primary bucket.
@@ -58,12 +40,12 @@ struct Expect {
 
 fn verify(store: &Store, e: &Expect, when: &str) {
     let t = Instant::now();
-    let got = find_objects_sorted(store, "sunset", "isa");
+    let got = sorted_objects(store, "sunset", "isa");
     assert_eq!(got.len(), e.peak.len(), "{when}: peak FIND size");
     assert!(got == e.peak, "{when}: peak FIND returned the wrong set");
     let peak_ms = t.elapsed().as_millis();
 
-    let got = find_objects_sorted(store, &e.rare.0, "isa");
+    let got = sorted_objects(store, &e.rare.0, "isa");
     assert_eq!(got, e.rare.1, "{when}: rare key sharing the peak's bucket");
     // The rare key must not pay for the peak: its FIND skips the peak's
     // secondary buckets (key filters), so ten of them cost less than one
@@ -84,25 +66,25 @@ fn verify(store: &Store, e: &Expect, when: &str) {
         "{when}: 10 FINDs of the rare key took {rare_us} us, one FIND of the peak {peak_ms} ms"
     );
     assert!(
-        find_objects_sorted(store, &e.empty_rare, "isa").is_empty(),
+        sorted_objects(store, &e.empty_rare, "isa").is_empty(),
         "{when}: a key with no tags in the peak's bucket found something"
     );
     // Same subject, other relationship: nothing.
     assert!(
-        find_objects_sorted(store, "sunset", "near").is_empty(),
+        sorted_objects(store, "sunset", "near").is_empty(),
         "{when}: relationship must be part of the key"
     );
     // The other half: each photo's subjects.
     for i in [0usize, 1, 99, 100, 12_345, PEAK / 2, PEAK - 1] {
         assert_eq!(
-            find_subjects_sorted(store, &format!("photo{i}"), "isa"),
+            sorted_subjects(store, &format!("photo{i}"), "isa"),
             ["sunset"],
             "{when}: subjects of photo{i}"
         );
     }
     for o in &e.rare.1 {
         assert_eq!(
-            find_subjects_sorted(store, o, "isa"),
+            sorted_subjects(store, o, "isa"),
             std::slice::from_ref(&e.rare.0),
             "{when}: subjects of {o}"
         );
@@ -196,15 +178,12 @@ fn peak_and_rare_key_share_a_primary_bucket() {
     expect.peak.retain(|o| !gone.contains(o.as_str()));
     expect.all -= 501;
     assert_eq!(
-        find_subjects_sorted(&store, "photo0", "isa"),
+        sorted_subjects(&store, "photo0", "isa"),
         Vec::<String>::new()
     );
-    let got = find_objects_sorted(&store, "sunset", "isa");
+    let got = sorted_objects(&store, "sunset", "isa");
     assert!(got == expect.peak, "peak FIND after deletes");
-    assert_eq!(
-        find_objects_sorted(&store, &expect.rare.0, "isa"),
-        expect.rare.1
-    );
+    assert_eq!(sorted_objects(&store, &expect.rare.0, "isa"), expect.rare.1);
     let report = store.check().expect("check");
     assert!(report.ok(), "check after deletes: {:?}", report.faults);
     assert_eq!(store.len(), expect.all as u64);

@@ -1,7 +1,7 @@
 //! Shared test helpers for building stores and comparing them with a model.
 
 use std::path::Path;
-use tagstore::{CreateOptions, Error, Store};
+use tagstore::{CreateOptions, Error, Half, Store};
 
 /// splitmix64: a small deterministic generator for workload data.
 pub struct Rng(pub u64);
@@ -54,24 +54,27 @@ impl Rng {
     }
 }
 
-/// The objects carrying `subject` under `rel`, sorted.
-pub fn sorted_objects(store: &Store, subject: &str, rel: &str) -> Vec<String> {
-    let mut v: Vec<String> = store
-        .find_objects(subject, rel)
+/// The answer to a FIND of `name` under `rel` in `half`, sorted.
+pub fn sorted_find(store: &Store, half: Half, name: &str, rel: &str) -> Vec<String> {
+    let found = match half {
+        Half::Object => store.find_subjects(name, rel),
+        Half::Subject => store.find_objects(name, rel),
+    };
+    let mut v: Vec<String> = found
         .collect::<Result<_, _>>()
-        .unwrap_or_else(|e| panic!("find_objects({subject:?}, {rel:?}): {e}"));
+        .unwrap_or_else(|e| panic!("FIND of {name:?} under {rel:?} in the {half:?} half: {e}"));
     v.sort();
     v
 }
 
+/// The objects carrying `subject` under `rel`, sorted.
+pub fn sorted_objects(store: &Store, subject: &str, rel: &str) -> Vec<String> {
+    sorted_find(store, Half::Subject, subject, rel)
+}
+
 /// The subjects of `object` under `rel`, sorted.
 pub fn sorted_subjects(store: &Store, object: &str, rel: &str) -> Vec<String> {
-    let mut v: Vec<String> = store
-        .find_subjects(object, rel)
-        .collect::<Result<_, _>>()
-        .unwrap_or_else(|e| panic!("find_subjects({object:?}, {rel:?}): {e}"));
-    v.sort();
-    v
+    sorted_find(store, Half::Object, object, rel)
 }
 
 /// Asserts `check()` runs and finds no fault.
