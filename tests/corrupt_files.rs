@@ -71,9 +71,12 @@ fn sample_tags() -> BTreeSet<Tag> {
 }
 
 /// A cleanly closed store holding `sample_tags()`.
-/// A closed store of the sample tags at `dir/name`: its path, its tags and its bytes.
-fn build_store(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>, Vec<u8>) {
-    let path = dir.join(name);
+/// A new temporary directory holding a closed store of the sample tags
+/// named `name`: the directory (removed on drop), the store's path, its
+/// tags and its bytes.
+fn build_store(name: &str) -> (tempfile::TempDir, PathBuf, BTreeSet<Tag>, Vec<u8>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join(name);
     let tags = sample_tags();
     let s = Store::create(&path, &small_opts()).expect("create");
     for t in &tags {
@@ -81,7 +84,7 @@ fn build_store(dir: &Path, name: &str) -> (PathBuf, BTreeSet<Tag>, Vec<u8>) {
     }
     s.close().expect("close");
     let bytes = std::fs::read(&path).expect("read");
-    (path, tags, bytes)
+    (dir, path, tags, bytes)
 }
 
 /// Layout facts read straight from the superblock bytes.
@@ -291,8 +294,7 @@ fn foreign_files_are_not_stores() {
 
 #[test]
 fn newer_format_version_is_unsupported() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags, orig) = build_store(dir.path(), "v.tags");
+    let (_dir, path, tags, orig) = build_store("v.tags");
     for v in [2u32, 7, u32::MAX] {
         let mut img = orig.clone();
         img[SB_VERSION..SB_VERSION + 4].copy_from_slice(&v.to_le_bytes());
@@ -338,8 +340,7 @@ fn newer_format_version_is_unsupported() {
 
 #[test]
 fn truncated_store_is_an_error() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (_path, tags, orig) = build_store(dir.path(), "full.tags");
+    let (dir, _path, tags, orig) = build_store("full.tags");
     let lay = Layout::read(&orig);
     assert!(lay.secondary >= 2, "sample must use secondary buckets");
     let blocks_end = (lay.data_blocks() * BLOCK as u64) as usize;
@@ -424,8 +425,7 @@ fn truncated_store_is_an_error() {
 #[test]
 fn truncating_only_the_table_image_rebuilds() {
     // Losing (part of) the table image is not data loss: the blocks are intact.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags, orig) = build_store(dir.path(), "img.tags");
+    let (_dir, path, tags, orig) = build_store("img.tags");
     let lay = Layout::read(&orig);
     let blocks_end = lay.table_offset as usize;
     for len in [blocks_end, blocks_end + 1, orig.len() - 1] {
@@ -444,8 +444,7 @@ fn truncating_only_the_table_image_rebuilds() {
 #[test]
 fn every_superblock_byte_flipped() {
     use std::os::unix::fs::FileExt;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags, orig) = build_store(dir.path(), "sb.tags");
+    let (_dir, path, tags, orig) = build_store("sb.tags");
     let mut opened = 0;
     for off in 0..BLOCK {
         for mask in [0xFFu8, 0x01] {
@@ -560,8 +559,7 @@ fn block_offsets() -> Vec<usize> {
 /// Flips bytes in written data blocks; returns (silently wrong answers,
 /// errors that do not name the damaged block).
 fn damage_data_blocks(clean: bool) -> (Vec<String>, Vec<String>) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags, _) = build_store(dir.path(), "data.tags");
+    let (_dir, path, tags, _) = build_store("data.tags");
     if !clean {
         // Leave the store as a crash would: no table image, not marked clean.
         let s = Store::open(&path).expect("open");
@@ -718,8 +716,7 @@ fn damaged_data_blocks_of_unclean_store_are_named() {
 
 #[test]
 fn damaged_table_image_falls_back_to_rebuild() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (path, tags, orig) = build_store(dir.path(), "tables.tags");
+    let (_dir, path, tags, orig) = build_store("tables.tags");
     let lay = Layout::read(&orig);
     let off = lay.table_offset as usize;
     let len = lay.table_len as usize;
