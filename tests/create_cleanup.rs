@@ -9,51 +9,27 @@
 //! store nor `STORE.counts` (nor a journal) behind. Each tmpfs is unmounted
 //! by a guard, also when the test fails.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use tagstore::{counts_path, journal_path, CreateOptions, Error, Geometry, Store};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
+use common::edge::{cli, names, one_block_buckets, s};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tagstore::{counts_path, journal_path, CreateOptions, Error, Geometry, Store};
 
 /// The largest `expected_tags` with the default bucket size (4 blocks).
 fn largest_allowed() -> u64 {
     Geometry::max_expected_tags(CreateOptions::default().geometry().blocks_per_primary)
 }
 
-fn names(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .expect("read_dir")
-        .map(|e| {
-            e.expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
-}
-
-fn cli(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tagstore");
-    assert_ne!(
-        out.status.code(),
-        Some(101),
-        "tagstore {args:?} panicked: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.code().is_some(),
-        "tagstore {args:?} died by a signal"
-    );
-    out
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf8 path")
+/// `Store::create` at `p` with default options but `expected_tags`.
+fn create_sized(p: &Path, expected_tags: u64) -> tagstore::Result<Store> {
+    Store::create(
+        p,
+        &CreateOptions {
+            expected_tags,
+            ..Default::default()
+        },
+    )
 }
 
 /// Asserts that `err` is `InvalidArgument` saying "at most N" with N the largest allowed.
@@ -78,14 +54,7 @@ fn assert_names_limit(err: Error, what: &str) {
 fn absurd_expected_tags_refused_and_nothing_left() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("huge.tags");
-    let r = Store::create(
-        &p,
-        &CreateOptions {
-            expected_tags: u64::MAX,
-            ..Default::default()
-        },
-    );
-    let err = match r {
+    let err = match create_sized(&p, u64::MAX) {
         Ok(_) => panic!("a store sized for u64::MAX tags was created"),
         Err(e) => e,
     };
@@ -102,14 +71,7 @@ fn absurd_expected_tags_refused_and_nothing_left() {
 fn one_past_the_limit_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = dir.path().join("over.tags");
-    let r = Store::create(
-        &p,
-        &CreateOptions {
-            expected_tags: largest_allowed() + 1,
-            ..Default::default()
-        },
-    );
-    match r {
+    match create_sized(&p, largest_allowed() + 1) {
         Ok(_) => panic!("a store one past the limit was created"),
         Err(e) => assert_names_limit(e, "largest + 1"),
     }
@@ -207,14 +169,7 @@ fn create_on_full_tmpfs_leaves_nothing() {
     };
     let dir = fs.dir.clone();
     let p = dir.join("big.tags");
-    let r = Store::create(
-        &p,
-        &CreateOptions {
-            expected_tags: 10_000_000,
-            ..Default::default()
-        },
-    );
-    match r {
+    match create_sized(&p, 10_000_000) {
         Ok(_) => panic!("a store sized for 10,000,000 tags fit on a 1 MB tmpfs"),
         Err(Error::Io { source, context }) => assert_eq!(
             source.raw_os_error(),
@@ -241,17 +196,8 @@ fn create_on_full_tmpfs_leaves_nothing() {
 
     // The space was released: a small store fits.
     let small = dir.join("small.tags");
-    let st = Store::create(
-        &small,
-        &CreateOptions {
-            expected_tags: 10,
-            primary_buckets_per_half: Some(2),
-            blocks_per_primary: Some(1),
-            blocks_per_secondary: Some(1),
-            seed: Some(1),
-        },
-    )
-    .expect("a small store after the failed creates");
+    let st = Store::create(&small, &one_block_buckets(10, 2, 1))
+        .expect("a small store after the failed creates");
     st.close().expect("close");
     assert!(small.exists());
     drop(fs);

@@ -17,38 +17,34 @@
 //! (`serial()`): a child forked while another test holds a store would
 //! inherit its lock.
 
+mod common;
+
+use common::edge::{build_store, seeded, serial, spawn_cli, wait_child, BIN};
+use common::store::{expect_locked, holds_write_lock};
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, MutexGuard};
 use std::time::{Duration, Instant};
-use tagstore::{CreateOptions, Error, OpenOptions, Store, Tag};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+use tagstore::{OpenOptions, Store, Tag};
 
 const HOLD: Duration = Duration::from_millis(300);
 
-fn store_in(dir: &Path) -> PathBuf {
-    let path = dir.join("held.tags");
-    let s = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: 100,
-            seed: Some(3),
-            ..Default::default()
-        },
-    )
-    .expect("create");
-    assert!(s.insert(&Tag::new("base", "isa", "tag")).expect("insert"));
-    s.close().expect("close");
-    path
+/// Runs the test alone, in a temporary directory holding a closed store
+/// with one tag (`base isa tag`).
+fn setup() -> (MutexGuard<'static, ()>, tempfile::TempDir, PathBuf) {
+    let serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("held.tags");
+    build_store(&path, &seeded(100, 3), &[Tag::new("base", "isa", "tag")]);
+    (serial, dir, path)
+}
+
+/// `setup()`, and the store opened writable by this process (the holder).
+fn held() -> (MutexGuard<'static, ()>, tempfile::TempDir, PathBuf, Store) {
+    let (serial, dir, path) = setup();
+    let holder = Store::open(&path).expect("holder");
+    (serial, dir, path, holder)
 }
 
 /// A writable handle in another thread: inserts `tag`, signals that it
@@ -68,8 +64,43 @@ fn hold_in_thread(path: &Path, tag: Tag, hold: Duration) -> std::thread::JoinHan
     h
 }
 
-fn wait_opts(read_only: bool, wait: Option<Duration>) -> OpenOptions {
-    OpenOptions { read_only, wait }
+/// Opens `path` with `OpenOptions { read_only, wait }`; returns what it
+/// gave and how long it took.
+fn timed_open(
+    path: &Path,
+    read_only: bool,
+    wait: Option<Duration>,
+) -> (tagstore::Result<Store>, Duration) {
+    let started = Instant::now();
+    let r = Store::open_with_options(path, &OpenOptions { read_only, wait });
+    (r, started.elapsed())
+}
+
+/// Asserts a `timed_open` fails with `Error::Locked` naming `path`; returns
+/// how long it took.
+fn assert_open_locked(path: &Path, read_only: bool, wait: Option<Duration>) -> Duration {
+    let (r, took) = timed_open(path, read_only, wait);
+    expect_locked(r, path, &format!("read_only={read_only}, wait={wait:?}"));
+    took
+}
+
+/// While a thread holds `path` (inserting `tag`, for `HOLD`), opens it with
+/// a 10 s wait; asserts the open waited for the holder and ended when the
+/// holder closed. Returns the store.
+fn open_after_holder(path: &Path, read_only: bool, tag: Tag) -> Store {
+    let holder = hold_in_thread(path, tag, HOLD);
+    let (s, took) = timed_open(path, read_only, Some(Duration::from_secs(10)));
+    let s = s.unwrap_or_else(|e| panic!("open (read_only={read_only}) with a 10 s wait: {e}"));
+    holder.join().expect("holder thread");
+    let (min, max) = (Duration::from_millis(250), Duration::from_secs(10));
+    assert_took(took, min, max, "the open waiting for the holder to close");
+    s
+}
+
+/// Asserts `min <= took < max`.
+fn assert_took(took: Duration, min: Duration, max: Duration, what: &str) {
+    assert!(took >= min, "{what}: ended after {took:?}, before {min:?}");
+    assert!(took < max, "{what}: took {took:?}, {max:?} or more");
 }
 
 /// Issue: `OpenOptions { wait: Some(10 s) }` must open the store as soon
@@ -77,23 +108,8 @@ fn wait_opts(read_only: bool, wait: Option<Duration>) -> OpenOptions {
 /// see what the holder wrote.
 #[test]
 fn library_wait_opens_after_holder_closes() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let holder = hold_in_thread(&path, Tag::new("by", "the", "holder"), HOLD);
-    let started = Instant::now();
-    let s = Store::open_with_options(&path, &wait_opts(false, Some(Duration::from_secs(10))))
-        .expect("open with a 10 s wait");
-    let took = started.elapsed();
-    holder.join().expect("holder thread");
-    assert!(
-        took >= Duration::from_millis(250),
-        "opened after {took:?}, while the holder still held the store"
-    );
-    assert!(
-        took < Duration::from_secs(10),
-        "waited {took:?}: the wait did not end when the holder closed"
-    );
+    let (_serial, _dir, path) = setup();
+    let s = open_after_holder(&path, false, Tag::new("by", "the", "holder"));
     assert!(s
         .contains(&Tag::new("by", "the", "holder"))
         .expect("contains"));
@@ -105,18 +121,8 @@ fn library_wait_opens_after_holder_closes() {
 /// `Error::Locked` naming the store.
 #[test]
 fn library_no_wait_fails_at_once() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let holder = Store::open(&path).expect("holder");
-    let started = Instant::now();
-    let r = Store::open_with_options(&path, &wait_opts(false, None));
-    let took = started.elapsed();
-    match r {
-        Err(Error::Locked(p)) => assert_eq!(p, path),
-        Err(e) => panic!("expected Locked, got {e:?}"),
-        Ok(_) => panic!("opened a store another handle holds"),
-    }
+    let (_serial, _dir, path, holder) = held();
+    let took = assert_open_locked(&path, false, None);
     assert!(took < Duration::from_secs(1), "took {took:?}: it waited");
     // The refused open did not disturb the holder.
     assert!(holder.insert(&Tag::new("x", "y", "z")).expect("insert"));
@@ -127,30 +133,12 @@ fn library_no_wait_fails_at_once() {
 /// `Error::Locked`, after at least 50 ms (and not hang).
 #[test]
 fn library_short_wait_times_out_locked() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let holder = Store::open(&path).expect("holder");
+    let (_serial, _dir, path, holder) = held();
     for read_only in [false, true] {
-        let started = Instant::now();
-        let r = Store::open_with_options(
-            &path,
-            &wait_opts(read_only, Some(Duration::from_millis(50))),
-        );
-        let took = started.elapsed();
-        match r {
-            Err(Error::Locked(_)) => {}
-            Err(e) => panic!("read_only={read_only}: expected Locked, got {e:?}"),
-            Ok(_) => panic!("read_only={read_only}: opened a held store"),
-        }
-        assert!(
-            took >= Duration::from_millis(50),
-            "read_only={read_only}: gave up after {took:?}, before the 50 ms wait"
-        );
-        assert!(
-            took < Duration::from_secs(5),
-            "read_only={read_only}: waited {took:?}"
-        );
+        let wait = Duration::from_millis(50);
+        let took = assert_open_locked(&path, read_only, Some(wait));
+        let what = format!("read_only={read_only}: the 50 ms wait");
+        assert_took(took, wait, Duration::from_secs(5), &what);
     }
     holder.close().expect("close");
 }
@@ -159,17 +147,8 @@ fn library_short_wait_times_out_locked() {
 /// too, and then read what it wrote.
 #[test]
 fn library_read_only_waits_for_writer() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let holder = hold_in_thread(&path, Tag::new("written", "while", "held"), HOLD);
-    let started = Instant::now();
-    let r = Store::open_with_options(&path, &wait_opts(true, Some(Duration::from_secs(10))))
-        .expect("read-only open with a wait");
-    let took = started.elapsed();
-    holder.join().expect("holder thread");
-    assert!(took >= Duration::from_millis(250), "opened after {took:?}");
-    assert!(took < Duration::from_secs(10));
+    let (_serial, _dir, path) = setup();
+    let r = open_after_holder(&path, true, Tag::new("written", "while", "held"));
     let got: BTreeSet<Tag> = r.tags().collect::<Result<_, _>>().expect("tags");
     assert_eq!(
         got,
@@ -180,43 +159,10 @@ fn library_read_only_waits_for_writer() {
     );
 }
 
-/// Waits for `child` to finish, killing it (and failing) after `limit`.
-fn wait_child(mut child: Child, limit: Duration, what: &str) -> (Option<i32>, String, String) {
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (mut out, mut err) = (String::new(), String::new());
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_string(&mut out).expect("stdout");
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_string(&mut err).expect("stderr");
-    }
-    assert_ne!(status.code(), Some(101), "{what} panicked: {err}");
-    (status.code(), out, err)
-}
-
-fn spawn_cli(args: &[&str]) -> Child {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tagstore")
-}
-
-fn assert_locked(r: (Option<i32>, String, String), what: &str) {
-    let (code, out, err) = r;
+/// Runs the CLI with `args` (killed after 10 s) and asserts it exits 1
+/// saying "locked", printing nothing on stdout.
+fn assert_cli_locked(args: &[&str], what: &str) {
+    let (code, out, err) = wait_child(spawn_cli(args), Duration::from_secs(10), what);
     assert_eq!(code, Some(1), "{what}: exit; stderr: {err}");
     assert!(
         err.to_lowercase().contains("locked"),
@@ -225,29 +171,39 @@ fn assert_locked(r: (Option<i32>, String, String), what: &str) {
     assert!(out.is_empty(), "{what}: printed {out:?}");
 }
 
+/// Starts `tagstore --wait 10 insert STORE a b c` and asserts it is still
+/// waiting after `HOLD`.
+fn start_waiter(p: &str) -> Child {
+    let mut waiter = spawn_cli(&["--wait", "10", "insert", p, "a", "b", "c"]);
+    std::thread::sleep(HOLD);
+    assert!(
+        waiter.try_wait().expect("try_wait").is_none(),
+        "the waiting CLI finished while the store was still held"
+    );
+    waiter
+}
+
+/// Waits (up to 20 s) for a waiter from `start_waiter`; asserts it inserted.
+fn finish_waiter(waiter: Child) {
+    let (code, out, err) = wait_child(waiter, Duration::from_secs(20), "insert --wait 10");
+    assert_eq!(code, Some(0), "--wait 10 insert failed: {err}");
+    assert_eq!(out, "inserted\n");
+}
+
 /// Issue: while this process holds the store, `tagstore insert` without
 /// `--wait` exits 1 ("locked"), `--wait 0.2` gives up the same way after
 /// waiting, and `tagstore --wait 10 insert STORE a b c` succeeds once the
 /// holder closes.
 #[test]
 fn cli_wait_for_library_holder() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
+    let (_serial, _dir, path, holder) = held();
     let p = path.to_str().expect("utf8 path");
-    let holder = Store::open(&path).expect("holder");
 
-    let r = wait_child(
-        spawn_cli(&["insert", p, "a", "b", "c"]),
-        Duration::from_secs(10),
-        "insert without --wait",
-    );
-    assert_locked(r, "insert without --wait");
+    assert_cli_locked(&["insert", p, "a", "b", "c"], "insert without --wait");
 
     let started = Instant::now();
-    let r = wait_child(
-        spawn_cli(&["--wait", "0.2", "insert", p, "a", "b", "c"]),
-        Duration::from_secs(10),
+    assert_cli_locked(
+        &["--wait", "0.2", "insert", p, "a", "b", "c"],
         "insert --wait 0.2",
     );
     assert!(
@@ -255,39 +211,16 @@ fn cli_wait_for_library_holder() {
         "--wait 0.2 gave up after {:?}",
         started.elapsed()
     );
-    assert_locked(r, "insert --wait 0.2");
 
     let started = Instant::now();
-    let mut waiter = spawn_cli(&["--wait", "10", "insert", p, "a", "b", "c"]);
-    std::thread::sleep(HOLD);
-    assert!(
-        waiter.try_wait().expect("try_wait").is_none(),
-        "the waiting CLI finished while the store was still held"
-    );
+    let waiter = start_waiter(p);
     assert!(!holder.contains(&Tag::new("a", "b", "c")).expect("contains"));
     holder.close().expect("close holder");
-    let (code, out, err) = wait_child(waiter, Duration::from_secs(20), "insert --wait 10");
-    assert_eq!(code, Some(0), "--wait 10 insert failed: {err}");
-    assert_eq!(out, "inserted\n");
+    finish_waiter(waiter);
     assert!(started.elapsed() >= Duration::from_millis(250));
     assert!(started.elapsed() < Duration::from_secs(10));
     let s = Store::open_read_only(&path).expect("open");
     assert!(s.contains(&Tag::new("a", "b", "c")).expect("contains"));
-}
-
-/// True if /proc/locks shows process `pid` holding a write lock on `path`.
-fn holds_write_lock(pid: u32, path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let ino = std::fs::metadata(path).expect("stat").ino();
-    let locks = std::fs::read_to_string("/proc/locks").expect("read /proc/locks");
-    locks.lines().any(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() >= 6
-            && f[1] == "FLOCK"
-            && f[3] == "WRITE"
-            && f[4] == pid.to_string()
-            && f[5].rsplit(':').next() == Some(ino.to_string().as_str())
-    })
 }
 
 /// Issue: while another process (`tagstore insert STORE --file -` waiting
@@ -296,9 +229,7 @@ fn holds_write_lock(pid: u32, path: &Path) -> bool {
 /// succeeds once the holder finishes, with both processes' tags stored.
 #[test]
 fn cli_wait_for_process_holder() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
+    let (_serial, _dir, path) = setup();
     let p = path.to_str().expect("utf8 path");
     let mut holder = Command::new(BIN)
         .args(["insert", p, "--file", "-"])
@@ -316,25 +247,13 @@ fn cli_wait_for_process_holder() {
         std::thread::sleep(Duration::from_millis(10));
     }
 
-    let r = wait_child(
-        spawn_cli(&["insert", p, "a", "b", "c"]),
-        Duration::from_secs(10),
-        "insert without --wait",
-    );
-    assert_locked(r, "insert without --wait");
-    let r = wait_child(
-        spawn_cli(&["find", p, "--object", "base", "--relationship", "isa"]),
-        Duration::from_secs(10),
+    assert_cli_locked(&["insert", p, "a", "b", "c"], "insert without --wait");
+    assert_cli_locked(
+        &["find", p, "--object", "base", "--relationship", "isa"],
         "find without --wait",
     );
-    assert_locked(r, "find without --wait");
 
-    let mut waiter = spawn_cli(&["--wait", "10", "insert", p, "a", "b", "c"]);
-    std::thread::sleep(HOLD);
-    assert!(
-        waiter.try_wait().expect("try_wait").is_none(),
-        "the waiting CLI finished while the store was still held"
-    );
+    let waiter = start_waiter(p);
     {
         use std::io::Write;
         let mut stdin = holder.stdin.take().expect("holder stdin");
@@ -344,9 +263,7 @@ fn cli_wait_for_process_holder() {
     } // EOF: the holder loads its line and closes.
     let (code, _, err) = wait_child(holder, Duration::from_secs(20), "holder");
     assert_eq!(code, Some(0), "holder failed: {err}");
-    let (code, out, err) = wait_child(waiter, Duration::from_secs(20), "insert --wait 10");
-    assert_eq!(code, Some(0), "--wait 10 insert failed: {err}");
-    assert_eq!(out, "inserted\n");
+    finish_waiter(waiter);
 
     let s = Store::open_read_only(&path).expect("open");
     let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("tags");

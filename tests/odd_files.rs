@@ -9,14 +9,14 @@
 //! `not a regular file:` on stderr (each run is killed after 10 s, failing
 //! the test). Nothing is created or removed beside the odd file.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
-use tagstore::{CreateOptions, Error, MaintainOptions, Store};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
+use common::edge::{assert_names, s, spawn_cli, wait_child};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+use tagstore::{CreateOptions, Error, MaintainOptions, Store};
 
 fn mkfifo(path: &Path) {
     let st = Command::new("mkfifo")
@@ -24,6 +24,34 @@ fn mkfifo(path: &Path) {
         .status()
         .expect("run mkfifo");
     assert!(st.success(), "mkfifo failed: {st}");
+}
+
+/// A temporary directory holding one FIFO named `name`; returns both.
+fn dir_with_fifo(name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fifo = dir.path().join(name);
+    mkfifo(&fifo);
+    (dir, fifo)
+}
+
+/// A temporary directory holding one empty directory `adir.tags`; returns both.
+fn dir_with_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().join("adir.tags");
+    std::fs::create_dir(&d).expect("mkdir");
+    (dir, d)
+}
+
+/// Asserts `p` is (still) a FIFO.
+fn assert_fifo(p: &Path, what: &str) {
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(p)
+            .expect("meta")
+            .file_type()
+            .is_fifo(),
+        "{what}"
+    );
 }
 
 /// Runs `f` in a thread; fails the test if it has not returned within 5 s.
@@ -46,7 +74,7 @@ enum Opened {
     Other(String),
 }
 
-fn opened(r: tagstore::Result<Store>) -> Opened {
+fn opened<T>(r: tagstore::Result<T>) -> Opened {
     match r {
         Ok(_) => Opened::Ok,
         Err(Error::NotARegularFile(p)) => Opened::NotARegularFile(p),
@@ -54,66 +82,59 @@ fn opened(r: tagstore::Result<Store>) -> Opened {
     }
 }
 
-fn assert_not_regular(got: Opened, path: &Path, what: &str) {
+/// Asserts `got` is `NotARegularFile` naming one of `paths`.
+fn assert_not_regular_any(got: Opened, paths: &[&Path], what: &str) {
     match got {
-        Opened::NotARegularFile(p) => assert_eq!(p, path, "{what}: the error names the path"),
+        Opened::NotARegularFile(p) => assert!(
+            paths.contains(&p.as_path()),
+            "{what}: the error names {p:?}, not one of {paths:?}"
+        ),
         Opened::Ok => panic!("{what}: expected NotARegularFile, but it opened"),
         Opened::Other(e) => panic!("{what}: expected NotARegularFile, got {e}"),
     }
 }
 
-fn names(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .expect("read_dir")
-        .map(|e| {
-            e.expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
+/// Runs `f(path)` in a thread (failing if it takes over 5 s) and asserts
+/// it gave `NotARegularFile` naming one of `paths`.
+fn assert_refused_at_once(path: &Path, paths: &[&Path], what: &str, f: fn(&Path) -> Opened) {
+    let p = path.to_path_buf();
+    let got = within_5s(what, move || f(&p));
+    assert_not_regular_any(got, paths, what);
+}
+
+fn open(p: &Path) -> Opened {
+    opened(Store::open(p))
+}
+
+fn open_read_only(p: &Path) -> Opened {
+    opened(Store::open_read_only(p))
+}
+
+/// Both opens of `path` (each within 5 s) give `NotARegularFile(path)`.
+fn assert_both_opens_refused(path: &Path, what: &str) {
+    let w = format!("writable open of {what}");
+    assert_refused_at_once(path, &[path], &w, open);
+    let r = format!("read-only open of {what}");
+    assert_refused_at_once(path, &[path], &r, open_read_only);
+}
+
+/// `f` on a FIFO `pipe.tags` in a fresh directory must give
+/// `NotARegularFile` naming it at once, leave the FIFO as it was and create
+/// nothing beside it.
+fn assert_fifo_refused(what: &str, f: fn(&Path) -> Opened) {
+    let (dir, fifo) = dir_with_fifo("pipe.tags");
+    assert_refused_at_once(&fifo, &[&fifo], what, f);
+    assert_fifo(&fifo, "the FIFO was replaced");
+    assert_names(dir.path(), &["pipe.tags"], "beside the FIFO");
 }
 
 /// Runs the CLI, killing it (and failing the test) after 10 s.
 fn cli_with_timeout(args: &[&str]) -> (Option<i32>, String, String) {
-    use std::io::Read;
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tagstore");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("try_wait") {
-            break st;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("tagstore {args:?} did not finish within 10 s (it hangs)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_string(&mut out).expect("read stdout");
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_string(&mut err).expect("read stderr");
-    }
-    assert_ne!(
-        status.code(),
-        Some(101),
-        "tagstore {args:?} panicked: {err}"
-    );
-    (status.code(), out, err)
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf8 path")
+    wait_child(
+        spawn_cli(args),
+        Duration::from_secs(10),
+        &format!("tagstore {args:?}"),
+    )
 }
 
 /// Issue: `Store::open` of a FIFO blocked forever (opening a FIFO waits for
@@ -121,126 +142,60 @@ fn s(p: &Path) -> &str {
 /// FIFO must be left as it was with nothing created beside it.
 #[test]
 fn open_fifo_is_not_a_regular_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("pipe.tags");
-    mkfifo(&fifo);
-    let p = fifo.clone();
-    let got = within_5s("Store::open(FIFO)", move || opened(Store::open(&p)));
-    assert_not_regular(got, &fifo, "Store::open");
-    assert!(
-        std::fs::symlink_metadata(&fifo)
-            .expect("meta")
-            .file_type()
-            .is_fifo_like(),
-        "the FIFO was replaced"
-    );
-    assert_eq!(names(dir.path()), BTreeSet::from(["pipe.tags".to_string()]));
+    assert_fifo_refused("Store::open(FIFO)", open);
 }
 
 /// Issue: `Store::open_read_only` of a FIFO must also return
 /// `Error::NotARegularFile(path)` at once rather than block.
 #[test]
 fn open_read_only_fifo_is_not_a_regular_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("pipe.tags");
-    mkfifo(&fifo);
-    let p = fifo.clone();
-    let got = within_5s("Store::open_read_only(FIFO)", move || {
-        opened(Store::open_read_only(&p))
-    });
-    assert_not_regular(got, &fifo, "Store::open_read_only");
-    assert_eq!(names(dir.path()), BTreeSet::from(["pipe.tags".to_string()]));
+    assert_fifo_refused("Store::open_read_only(FIFO)", open_read_only);
 }
 
 /// Issue: a directory given as the store must be `Error::NotARegularFile`
 /// for both kinds of open, not an I/O error from mapping it.
 #[test]
 fn directory_is_not_a_regular_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path().join("adir.tags");
-    std::fs::create_dir(&d).expect("mkdir");
-    let p = d.clone();
-    let got = within_5s("Store::open(dir)", move || opened(Store::open(&p)));
-    assert_not_regular(got, &d, "Store::open of a directory");
-    let p = d.clone();
-    let got = within_5s("Store::open_read_only(dir)", move || {
-        opened(Store::open_read_only(&p))
-    });
-    assert_not_regular(got, &d, "Store::open_read_only of a directory");
+    let (dir, d) = dir_with_dir();
+    assert_both_opens_refused(&d, "a directory");
     assert!(d.is_dir());
-    assert!(
-        names(&d).is_empty(),
-        "files were created inside the directory"
-    );
-    assert_eq!(names(dir.path()), BTreeSet::from(["adir.tags".to_string()]));
+    assert_names(&d, &[], "files were created inside the directory");
+    assert_names(dir.path(), &["adir.tags"], "beside the directory");
 }
 
 /// Issue: a character device (`/dev/null`) is not a store either: both
 /// opens give `Error::NotARegularFile`.
 #[test]
 fn character_device_is_not_a_regular_file() {
-    let dev = PathBuf::from("/dev/null");
-    let got = within_5s("Store::open_read_only(/dev/null)", || {
-        opened(Store::open_read_only("/dev/null"))
-    });
-    assert_not_regular(got, &dev, "read-only open of /dev/null");
-    let got = within_5s("Store::open(/dev/null)", || {
-        opened(Store::open("/dev/null"))
-    });
-    assert_not_regular(got, &dev, "writable open of /dev/null");
+    assert_both_opens_refused(Path::new("/dev/null"), "/dev/null");
 }
 
 /// Issue: a symlink to a FIFO is followed and refused the same way, at
 /// once (the error names the FIFO the link leads to).
 #[test]
 fn symlink_to_fifo_is_not_a_regular_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("pipe");
-    mkfifo(&fifo);
+    let (dir, fifo) = dir_with_fifo("pipe");
     let link = dir.path().join("link.tags");
     std::os::unix::fs::symlink(&fifo, &link).expect("symlink");
-    let p = link.clone();
-    let got = within_5s("Store::open(link to FIFO)", move || opened(Store::open(&p)));
-    match got {
-        Opened::NotARegularFile(p) => assert!(
-            p == link || p == std::fs::canonicalize(&fifo).expect("canonicalize"),
-            "the error names {p:?}, neither the link nor the FIFO"
-        ),
-        Opened::Ok => panic!("expected NotARegularFile, but it opened"),
-        Opened::Other(e) => panic!("expected NotARegularFile, got {e}"),
-    }
-    assert_eq!(
-        names(dir.path()),
-        BTreeSet::from(["link.tags".to_string(), "pipe".to_string()])
-    );
+    let real = std::fs::canonicalize(&fifo).expect("canonicalize");
+    assert_refused_at_once(&link, &[&link, &real], "Store::open(link to FIFO)", open);
+    assert_names(dir.path(), &["link.tags", "pipe"], "beside the link");
 }
 
 /// Issue: `Store::maintain` of a FIFO must be refused at once
 /// (`NotARegularFile`), leaving no temporary behind and the FIFO in place.
 #[test]
 fn maintain_fifo_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("pipe.tags");
-    mkfifo(&fifo);
-    let p = fifo.clone();
-    let got = within_5s("Store::maintain(FIFO)", move || {
-        match Store::maintain(&p, &MaintainOptions::default(), |_, _| {}) {
-            Ok(_) => Opened::Ok,
-            Err(Error::NotARegularFile(p)) => Opened::NotARegularFile(p),
-            Err(e) => Opened::Other(format!("{e:?}")),
-        }
+    assert_fifo_refused("Store::maintain(FIFO)", |p| {
+        opened(Store::maintain(p, &MaintainOptions::default(), |_, _| {}))
     });
-    assert_not_regular(got, &fifo, "Store::maintain");
-    assert_eq!(names(dir.path()), BTreeSet::from(["pipe.tags".to_string()]));
 }
 
 /// Issue: `Store::create` over an existing FIFO must refuse
 /// (`AlreadyExists`) without opening (and so blocking on) it.
 #[test]
 fn create_over_fifo_refuses_without_hanging() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("pipe.tags");
-    mkfifo(&fifo);
+    let (dir, fifo) = dir_with_fifo("pipe.tags");
     let p = fifo.clone();
     let got = within_5s("Store::create(FIFO)", move || {
         match Store::create(&p, &CreateOptions::default()) {
@@ -250,11 +205,8 @@ fn create_over_fifo_refuses_without_hanging() {
         }
     });
     assert_eq!(got, "exists");
-    assert!(std::fs::symlink_metadata(&fifo)
-        .expect("meta")
-        .file_type()
-        .is_fifo_like());
-    assert_eq!(names(dir.path()), BTreeSet::from(["pipe.tags".to_string()]));
+    assert_fifo(&fifo, "the FIFO was replaced");
+    assert_names(dir.path(), &["pipe.tags"], "beside the FIFO");
 }
 
 /// Issue: `tagstore find FIFO ...` and `tagstore export FIFO` hung; they
@@ -262,9 +214,7 @@ fn create_over_fifo_refuses_without_hanging() {
 /// `stats`, `check`, `count` and `insert`), printing nothing on stdout.
 #[test]
 fn cli_on_fifo_exits_1_not_a_regular_file() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let fifo = dir.path().join("pipe.tags");
-    mkfifo(&fifo);
+    let (dir, fifo) = dir_with_fifo("pipe.tags");
     let f = s(&fifo);
     for args in [
         vec!["find", f, "--object", "a", "--relationship", "b"],
@@ -284,16 +234,14 @@ fn cli_on_fifo_exits_1_not_a_regular_file() {
         assert!(err.starts_with("error: "), "{args:?}: stderr: {err}");
         assert!(out.is_empty(), "{args:?}: printed {out:?}");
     }
-    assert_eq!(names(dir.path()), BTreeSet::from(["pipe.tags".to_string()]));
+    assert_names(dir.path(), &["pipe.tags"], "beside the FIFO");
 }
 
 /// Issue: the CLI given a directory as the store must also exit 1 with
 /// `not a regular file:`.
 #[test]
 fn cli_on_directory_exits_1() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path().join("adir.tags");
-    std::fs::create_dir(&d).expect("mkdir");
+    let (_dir, d) = dir_with_dir();
     for args in [
         vec!["export", s(&d)],
         vec!["find", s(&d), "--object", "a", "--relationship", "b"],
@@ -301,17 +249,5 @@ fn cli_on_directory_exits_1() {
         let (code, _, err) = cli_with_timeout(&args);
         assert_eq!(code, Some(1), "{args:?}: stderr: {err}");
         assert!(err.contains("not a regular file:"), "{args:?}: {err}");
-    }
-}
-
-/// `FileType::is_fifo` lives in an extension trait; a short alias.
-trait FifoLike {
-    fn is_fifo_like(&self) -> bool;
-}
-
-impl FifoLike for std::fs::FileType {
-    fn is_fifo_like(&self) -> bool {
-        use std::os::unix::fs::FileTypeExt;
-        self.is_fifo()
     }
 }

@@ -25,29 +25,13 @@
 //! are mixed, and a child forked while another test holds a store would
 //! inherit its lock.
 
+mod common;
+
+use common::edge::{build_store, cli, one_block_buckets, serial};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use tagstore::{journal_path, CreateOptions, Durability, Error, Store, Tag};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn opts() -> CreateOptions {
-    // Small buckets: the tags spill into secondary buckets (chains).
-    CreateOptions {
-        expected_tags: 300,
-        primary_buckets_per_half: Some(4),
-        blocks_per_primary: Some(1),
-        blocks_per_secondary: Some(1),
-        seed: Some(42),
-    }
-}
+use std::process::Command;
+use tagstore::{journal_path, Durability, Error, Store, Tag};
 
 fn tag(i: u32) -> Tag {
     Tag::new(
@@ -55,6 +39,21 @@ fn tag(i: u32) -> Tag {
         if i.is_multiple_of(5) { "likes" } else { "isa" },
         format!("sub{}", i % 11),
     )
+}
+
+/// One `#[test]` per `name: case(Crash variant);` line (doc comments
+/// kept), each run alone (`serial()`).
+macro_rules! crash_tests {
+    ($($(#[$doc:meta])* $name:ident: $case:ident($crash:ident);)*) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $name() {
+                let _serial = serial();
+                $case(Crash::$crash);
+            }
+        )*
+    };
 }
 
 /// How the store was left unclean.
@@ -76,13 +75,9 @@ struct Unclean {
 /// Builds a store in `dir`, closes a first batch cleanly, then leaves it unclean.
 fn unclean_store(dir: &Path, crash: Crash) -> Unclean {
     let path = dir.join("store.tags");
-    let mut acked = BTreeSet::new();
-    let s = Store::create(&path, &opts()).expect("create");
-    for i in 0..150 {
-        assert!(s.insert(&tag(i)).expect("insert"));
-        acked.insert(tag(i));
-    }
-    s.close().expect("close first batch");
+    let mut acked: BTreeSet<Tag> = (0..150).map(tag).collect();
+    // Small buckets: the tags spill into secondary buckets (chains).
+    build_store(&path, &one_block_buckets(300, 4, 42), &acked);
 
     let s = Store::open(&path).expect("reopen");
     let in_flight = match crash {
@@ -167,6 +162,21 @@ fn found(r: Vec<tagstore::Result<String>>, what: &str) -> BTreeSet<String> {
         .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// Asserts the in-flight tag `t` is whole or absent: every view in `seen`
+/// (a name, and whether that view has `t`) agrees; adds `t` to `want` if
+/// they have it.
+fn settle_in_flight(t: &Tag, seen: &[(&str, bool)], want: &mut BTreeSet<Tag>, when: &str) {
+    let shown: Vec<String> = seen.iter().map(|(n, b)| format!("{n}={b}")).collect();
+    assert!(
+        seen.iter().all(|&(_, b)| b == seen[0].1),
+        "{when}: the in-flight tag is torn: {}",
+        shown.join(", ")
+    );
+    if seen[0].1 {
+        want.insert(t.clone());
+    }
+}
+
 /// Asserts `store` serves exactly the acknowledged tags (plus, or not, the
 /// in-flight one, whole); returns every tag it serves.
 fn assert_serves(store: &Store, u: &Unclean, when: &str) -> BTreeSet<Tag> {
@@ -186,13 +196,8 @@ fn assert_serves(store: &Store, u: &Unclean, when: &str) -> BTreeSet<Tag> {
             "find_objects",
         );
         let (o, s) = (subs.contains(&t.subject), objs.contains(&t.object));
-        assert!(
-            c == o && o == s,
-            "{when}: the in-flight tag is torn: contains={c}, object half={o}, subject half={s}"
-        );
-        if c {
-            want.insert(t.clone());
-        }
+        let seen = [("contains", c), ("object half", o), ("subject half", s)];
+        settle_in_flight(t, &seen, &mut want, when);
     }
     assert_eq!(got, want, "{when}: tags() differs from the model");
     assert_eq!(store.len(), want.len() as u64, "{when}: len()");
@@ -340,45 +345,20 @@ fn library_case(crash: Crash) {
     assert_eq!(tags, served);
 }
 
-/// Issue: a read-only open of a store that crashed mid-insert in
-/// `Durability::None` mode must recover in memory only: serve every
-/// acknowledged tag (the in-flight one whole or absent), pass `check()`,
-/// answer `stats`/`count`/`cloud`, and leave every file in the directory
-/// byte-for-byte unchanged; the writable open afterwards recovers to the
-/// same tags.
-#[test]
-fn read_only_open_after_mid_insert_crash_never_writes() {
-    let _serial = serial();
-    library_case(Crash::MidInsert);
-}
+crash_tests! {
+    /// Issue: a read-only open of a store that crashed mid-insert in
+    /// `Durability::None` mode must recover in memory only: serve every
+    /// acknowledged tag (the in-flight one whole or absent), pass `check()`,
+    /// answer `stats`/`count`/`cloud`, and leave every file in the directory
+    /// byte-for-byte unchanged; the writable open afterwards recovers to the
+    /// same tags.
+    read_only_open_after_mid_insert_crash_never_writes: library_case(MidInsert);
 
-/// Issue: a read-only open of a store with a pending `STORE.journal`
-/// (Immediate mode, crashed) must replay the journal in memory only: every
-/// acknowledged tag is served, the journal and `STORE.counts` stay
-/// byte-for-byte as they were, and a writable open then recovers the same.
-#[test]
-fn read_only_open_with_pending_journal_never_writes() {
-    let _serial = serial();
-    library_case(Crash::PendingJournal);
-}
-
-fn cli(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tagstore");
-    assert_ne!(
-        out.status.code(),
-        Some(101),
-        "tagstore {args:?} panicked: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.code().is_some(),
-        "tagstore {args:?} died by a signal"
-    );
-    out
+    /// Issue: a read-only open of a store with a pending `STORE.journal`
+    /// (Immediate mode, crashed) must replay the journal in memory only: every
+    /// acknowledged tag is served, the journal and `STORE.counts` stay
+    /// byte-for-byte as they were, and a writable open then recovers the same.
+    read_only_open_with_pending_journal_never_writes: library_case(PendingJournal);
 }
 
 fn cli_ok(args: &[&str]) -> String {
@@ -432,18 +412,13 @@ fn cli_reads(u: &Unclean, when: &str) -> BTreeSet<Tag> {
             "--relationship",
             &t.relationship,
         ]));
-        let (o, s, e) = (
-            subs.contains(&t.subject),
-            objs.contains(&t.object),
-            served.contains(t),
-        );
-        assert!(
-            o == s && s == e,
-            "{when}: the in-flight tag is torn: object half={o}, subject half={s}, export={e}"
-        );
-        if e {
-            want.insert(t.clone());
-        }
+        let (o, s) = (subs.contains(&t.subject), objs.contains(&t.object));
+        let seen = [
+            ("object half", o),
+            ("subject half", s),
+            ("export", served.contains(t)),
+        ];
+        settle_in_flight(t, &seen, &mut want, when);
     }
     assert_eq!(served, want, "{when}: export differs from the model");
     for (o, r) in [("obj1", "isa"), ("obj200", "isa"), ("obj155", "likes")] {
@@ -527,21 +502,15 @@ fn cli_case(crash: Crash) {
     w.close().expect("close");
 }
 
-/// Issue: the CLI read commands (`find`, `export`, `stats`, `check`,
-/// `count`, `cloud`) on a store that crashed mid-insert must all succeed
-/// with the right answers and leave every file byte-for-byte unchanged.
-#[test]
-fn cli_reads_after_mid_insert_crash_never_write() {
-    let _serial = serial();
-    cli_case(Crash::MidInsert);
-}
+crash_tests! {
+    /// Issue: the CLI read commands (`find`, `export`, `stats`, `check`,
+    /// `count`, `cloud`) on a store that crashed mid-insert must all succeed
+    /// with the right answers and leave every file byte-for-byte unchanged.
+    cli_reads_after_mid_insert_crash_never_write: cli_case(MidInsert);
 
-/// Issue: the CLI read commands on a store with a pending journal must all
-/// succeed and leave the store, its journal and its counts unchanged.
-#[test]
-fn cli_reads_with_pending_journal_never_write() {
-    let _serial = serial();
-    cli_case(Crash::PendingJournal);
+    /// Issue: the CLI read commands on a store with a pending journal must all
+    /// succeed and leave the store, its journal and its counts unchanged.
+    cli_reads_with_pending_journal_never_write: cli_case(PendingJournal);
 }
 
 /// A tmpfs mounted for one test, unmounted on drop (also when the test panics).

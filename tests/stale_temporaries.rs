@@ -13,18 +13,13 @@
 //! Tests run one at a time (`serial()`): library handles and CLI children
 //! are mixed.
 
+mod common;
+
+use common::edge::{assert_names, build_store, cli, link_dirs, s, seeded, serial};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use tagstore::{counts_path, maintain_temp_path, CreateOptions, Store, Tag};
-
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+use std::sync::MutexGuard;
+use tagstore::{counts_path, maintain_temp_path, Store, Tag};
 
 fn tags() -> BTreeSet<Tag> {
     (0..60)
@@ -34,19 +29,7 @@ fn tags() -> BTreeSet<Tag> {
 
 fn store_in(dir: &Path) -> PathBuf {
     let path = dir.join("st.tags");
-    let s = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: 100,
-            seed: Some(5),
-            ..Default::default()
-        },
-    )
-    .expect("create");
-    for t in tags() {
-        assert!(s.insert(&t).expect("insert"));
-    }
-    s.close().expect("close");
+    build_store(&path, &seeded(100, 5), &tags());
     path
 }
 
@@ -84,6 +67,24 @@ fn leave_temporaries(store: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     list
 }
 
+/// What a killed run left: each temporary with its garbage bytes.
+type Temporaries = Vec<(PathBuf, Vec<u8>)>;
+
+/// A test's setup: run alone, a store in a temporary directory, and the
+/// temporaries a killed run left beside it.
+fn stale() -> (
+    MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    PathBuf,
+    Temporaries,
+) {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = store_in(dir.path());
+    let temps = leave_temporaries(&path);
+    (_serial, dir, path, temps)
+}
+
 fn contents(store: &Store) -> BTreeSet<Tag> {
     store.tags().collect::<Result<_, _>>().expect("tags")
 }
@@ -111,10 +112,7 @@ fn assert_note(notes: &[String], path: &Path, phrase: &str, when: &str) {
 /// as faults.
 #[test]
 fn read_only_check_reports_but_keeps_stale_temporaries() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let temps = leave_temporaries(&path);
+    let (_serial, _dir, path, temps) = stale();
 
     let ro = Store::open_read_only(&path).expect("read-only open");
     let r = ro.check().expect("check");
@@ -144,10 +142,7 @@ fn read_only_check_reports_but_keeps_stale_temporaries() {
 /// "removed stale temporary" for each; a later open finds none.
 #[test]
 fn writable_open_removes_stale_temporaries() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let temps = leave_temporaries(&path);
+    let (_serial, dir, path, temps) = stale();
 
     let w = Store::open(&path).expect("writable open");
     for (p, _) in &temps {
@@ -177,14 +172,7 @@ fn writable_open_removes_stale_temporaries() {
     );
     assert_eq!(again.len(), tags().len() as u64 + 1);
     again.close().expect("close");
-    let left: BTreeSet<String> = std::fs::read_dir(dir.path())
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(
-        left,
-        BTreeSet::from(["st.tags".to_string(), "st.tags.counts".to_string()])
-    );
+    assert_names(dir.path(), &["st.tags", "st.tags.counts"], "left");
 }
 
 /// Issue: `tagstore check STORE` must print a line starting with `note:`
@@ -192,15 +180,8 @@ fn writable_open_removes_stale_temporaries() {
 /// being a read-only command — leave them in place.
 #[test]
 fn cli_check_prints_notes() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = store_in(dir.path());
-    let temps = leave_temporaries(&path);
-    let out = Command::new(BIN)
-        .args(["check", path.to_str().expect("utf8 path")])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tagstore check");
+    let (_serial, _dir, path, temps) = stale();
+    let out = cli(&["check", s(&path)]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -231,13 +212,9 @@ fn cli_check_prints_notes() {
 #[test]
 fn stale_temporaries_beside_symlink_target() {
     let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let real = dir.path().join("real");
-    let links = dir.path().join("links");
-    std::fs::create_dir(&real).expect("mkdir");
-    std::fs::create_dir(&links).expect("mkdir");
-    let path = store_in(&real);
-    let link = links.join("alias.tags");
+    let d = link_dirs();
+    let path = store_in(&d.real);
+    let link = d.links.join("alias.tags");
     std::os::unix::fs::symlink(&path, &link).expect("symlink");
     let temps = leave_temporaries(&path);
 
@@ -270,13 +247,5 @@ fn stale_temporaries_beside_symlink_target() {
         r.notes
     );
     w.close().expect("close");
-    let beside_link: Vec<_> = std::fs::read_dir(&links)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name())
-        .collect();
-    assert_eq!(
-        beside_link.len(),
-        1,
-        "files beside the link: {beside_link:?}"
-    );
+    assert_names(&d.links, &["alias.tags"], "files beside the link");
 }

@@ -13,33 +13,20 @@
 //! one test thread could be inherited, still locked, by a CLI child forked
 //! from another.
 
+mod common;
+
+use common::edge::{
+    assert_names, assert_symlink, build_store, cli, link_dirs, one_block_buckets, s, serial,
+    LinkDirs,
+};
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::sync::MutexGuard;
 use tagstore::{
-    counts_path, journal_path, maintain_temp_path, CreateOptions, Durability, Error,
-    MaintainOptions, Store, Tag,
+    counts_path, journal_path, maintain_temp_path, Durability, Error, MaintainOptions, Store, Tag,
 };
-
-const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn opts() -> CreateOptions {
-    CreateOptions {
-        expected_tags: 200,
-        primary_buckets_per_half: Some(4),
-        blocks_per_primary: Some(1),
-        blocks_per_secondary: Some(1),
-        seed: Some(11),
-    }
-}
 
 fn tags(n: u32, prefix: &str) -> BTreeSet<Tag> {
     (0..n)
@@ -47,32 +34,48 @@ fn tags(n: u32, prefix: &str) -> BTreeSet<Tag> {
         .collect()
 }
 
-/// Layout: `dir/real/x.tags` (the store) and `dir/links/` (where links go).
+/// Layout: `dir/real/x.tags` (the store, holding `base`) and `dir/links/`
+/// (where links go); the test runs alone while it lives.
 struct Layout {
-    _dir: tempfile::TempDir,
-    real_dir: PathBuf,
-    link_dir: PathBuf,
+    _serial: MutexGuard<'static, ()>,
+    dirs: LinkDirs,
     target: PathBuf,
+    base: BTreeSet<Tag>,
 }
 
-/// A closed store in `real/` holding `t`.
-fn layout(t: &BTreeSet<Tag>) -> Layout {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let real_dir = dir.path().join("real");
-    let link_dir = dir.path().join("links");
-    std::fs::create_dir(&real_dir).expect("mkdir real");
-    std::fs::create_dir(&link_dir).expect("mkdir links");
-    let target = real_dir.join("x.tags");
-    let s = Store::create(&target, &opts()).expect("create target");
-    for tag in t {
-        assert!(s.insert(tag).expect("insert"));
-    }
-    s.close().expect("close");
+/// A closed store in `real/` holding `tags(n, "")`.
+fn layout(n: u32) -> Layout {
+    let _serial = serial();
+    let dirs = link_dirs();
+    let target = dirs.real.join("x.tags");
+    let base = tags(n, "");
+    build_store(&target, &one_block_buckets(200, 4, 11), &base);
     Layout {
-        _dir: dir,
-        real_dir,
-        link_dir,
+        _serial,
+        dirs,
         target,
+        base,
+    }
+}
+
+impl Layout {
+    /// A symlink `links/name` to the target, made with `symlink`.
+    fn link(&self, name: &str) -> PathBuf {
+        let link = self.dirs.links.join(name);
+        symlink(&self.target, &link).expect("symlink");
+        link
+    }
+
+    /// Asserts `links/` holds exactly the entries `want`.
+    fn assert_links(&self, want: &[&str], what: &str) {
+        assert_names(&self.dirs.links, want, what);
+    }
+
+    /// The base tags and `extra`.
+    fn base_and(&self, extra: &Tag) -> BTreeSet<Tag> {
+        let mut want = self.base.clone();
+        want.insert(extra.clone());
+        want
     }
 }
 
@@ -81,25 +84,8 @@ fn contents(path: &Path) -> BTreeSet<Tag> {
     s.tags().collect::<Result<_, _>>().expect("tags")
 }
 
-fn names(dir: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(dir)
-        .expect("read_dir")
-        .map(|e| {
-            e.expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect()
-}
-
 fn assert_is_link_to(link: &Path, target: &Path, when: &str) {
-    let m = std::fs::symlink_metadata(link).expect("symlink_metadata");
-    assert!(
-        m.file_type().is_symlink(),
-        "{when}: {} is no longer a symlink",
-        link.display()
-    );
+    assert_symlink(link, when);
     let real = std::fs::canonicalize(link).expect("canonicalize link");
     assert_eq!(
         real,
@@ -113,18 +99,31 @@ fn assert_is_link_to(link: &Path, target: &Path, when: &str) {
     );
 }
 
-fn cli(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tagstore");
-    assert_ne!(out.status.code(), Some(101), "tagstore {args:?} panicked");
-    out
+/// Asserts the side file `side(target)` exists and `side(link)` does not.
+fn assert_side_beside_target(side: fn(&Path) -> PathBuf, target: &Path, link: &Path, what: &str) {
+    assert!(side(target).exists(), "{what}: not beside the target");
+    assert!(!side(link).exists(), "{what}: created beside the link");
 }
 
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf8 path")
+/// Runs the test alone in a fresh temporary directory holding one link,
+/// `name -> to` (both in the directory); returns the link and its target.
+fn alone_with_link(
+    name: &str,
+    to: &str,
+) -> (MutexGuard<'static, ()>, tempfile::TempDir, PathBuf, PathBuf) {
+    let serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (link, target) = (dir.path().join(name), dir.path().join(to));
+    symlink(&target, &link).expect("symlink");
+    (serial, dir, link, target)
+}
+
+/// Asserts `r` failed with `Error::NotFound`.
+fn expect_not_found<T>(r: tagstore::Result<T>, what: &str) {
+    match r {
+        Err(Error::NotFound(_)) => {}
+        other => panic!("{what}: expected NotFound, got {:?}", other.map(|_| ())),
+    }
 }
 
 /// Issue: opening a store through a symlink must follow it to the real
@@ -132,37 +131,23 @@ fn s(p: &Path) -> &str {
 /// counts file is written beside the target, never beside the link.
 #[test]
 fn open_through_link_uses_target_and_its_counts() {
-    let _serial = serial();
-    let base = tags(40, "");
-    let l = layout(&base);
-    let link = l.link_dir.join("alias.tags");
-    symlink(&l.target, &link).expect("symlink");
+    let l = layout(40);
+    let link = l.link("alias.tags");
 
     let st = Store::open(&link).expect("open through link");
-    assert_eq!(st.len(), base.len() as u64);
-    assert!(st.insert(&Tag::new("via", "isa", "link")).expect("insert"));
+    assert_eq!(st.len(), l.base.len() as u64);
+    let via = Tag::new("via", "isa", "link");
+    assert!(st.insert(&via).expect("insert"));
     // Counts are used (and written) beside the target.
     assert_eq!(st.count("s0", "isa").expect("count"), 5);
     st.close().expect("close");
 
-    let mut want = base.clone();
-    want.insert(Tag::new("via", "isa", "link"));
+    let want = l.base_and(&via);
     assert_eq!(contents(&l.target), want, "target path sees the insert");
     assert_eq!(contents(&link), want, "link path sees the insert");
     assert_is_link_to(&link, &l.target, "after a writable open");
-    assert!(
-        counts_path(&l.target).exists(),
-        "no counts beside the target"
-    );
-    assert!(
-        !counts_path(&link).exists(),
-        "a counts file was created beside the link"
-    );
-    assert_eq!(
-        names(&l.link_dir),
-        BTreeSet::from(["alias.tags".to_string()]),
-        "side files appeared beside the link"
-    );
+    assert_side_beside_target(counts_path, &l.target, &link, "counts file");
+    l.assert_links(&["alias.tags"], "side files appeared beside the link");
 }
 
 /// Issue: the journal of a store opened through a symlink in a journaled
@@ -171,11 +156,8 @@ fn open_through_link_uses_target_and_its_counts() {
 /// the target.
 #[test]
 fn journal_through_link_lies_beside_target() {
-    let _serial = serial();
-    let base = tags(20, "");
-    let l = layout(&base);
-    let link = l.link_dir.join("alias.tags");
-    symlink(&l.target, &link).expect("symlink");
+    let l = layout(20);
+    let link = l.link("alias.tags");
 
     let st = Store::open(&link).expect("open through link");
     st.set_durability(Durability::Immediate)
@@ -184,14 +166,7 @@ fn journal_through_link_lies_beside_target() {
     for t in &extra {
         assert!(st.insert(t).expect("insert"));
     }
-    assert!(
-        journal_path(&l.target).exists(),
-        "journal not beside the target while open in Immediate mode"
-    );
-    assert!(
-        !journal_path(&link).exists(),
-        "journal created beside the link"
-    );
+    assert_side_beside_target(journal_path, &l.target, &link, "journal in Immediate mode");
     st.abandon();
     assert!(
         !journal_path(&link).exists(),
@@ -201,15 +176,12 @@ fn journal_through_link_lies_beside_target() {
     let st = Store::open(&link).expect("reopen through link");
     assert!(st.recovered_on_open(), "crash through the link not noticed");
     let got: BTreeSet<Tag> = st.tags().collect::<Result<_, _>>().expect("tags");
-    let want: BTreeSet<Tag> = base.union(&extra).cloned().collect();
+    let want: BTreeSet<Tag> = l.base.union(&extra).cloned().collect();
     assert_eq!(got, want, "acknowledged Immediate inserts lost");
     assert!(st.check().expect("check").ok());
     st.close().expect("close");
     assert_is_link_to(&link, &l.target, "after recovery");
-    assert_eq!(
-        names(&l.link_dir),
-        BTreeSet::from(["alias.tags".to_string()])
-    );
+    l.assert_links(&["alias.tags"], "after recovery");
 }
 
 /// Issue: `Store::maintain` through a symlink replaced the link with a new
@@ -218,23 +190,20 @@ fn journal_through_link_lies_beside_target() {
 /// link afterwards must be visible through the target path.
 #[test]
 fn library_maintain_through_link_rewrites_target() {
-    let _serial = serial();
-    let base = tags(120, "");
-    let l = layout(&base);
+    let l = layout(120);
     // Make holes so there is something to compact.
     {
         let st = Store::open(&l.target).expect("open");
-        for t in base.iter().step_by(3) {
+        for t in l.base.iter().step_by(3) {
             assert!(st.delete(t).expect("delete"));
         }
         st.close().expect("close");
     }
-    let mut left_all: BTreeSet<Tag> = base.clone();
-    for t in base.iter().step_by(3) {
+    let mut left_all: BTreeSet<Tag> = l.base.clone();
+    for t in l.base.iter().step_by(3) {
         left_all.remove(t);
     }
-    let link = l.link_dir.join("alias.tags");
-    symlink(&l.target, &link).expect("symlink");
+    let link = l.link("alias.tags");
 
     // Where the rewrite's temporary is while tags are copied.
     let seen: RefCell<Vec<(bool, bool)>> = RefCell::new(Vec::new());
@@ -259,11 +228,7 @@ fn library_maintain_through_link_rewrites_target() {
     assert_is_link_to(&link, &l.target, "after maintain");
     assert_eq!(contents(&l.target), left_all, "target holds the tags");
     assert!(!maintain_temp_path(&l.target).exists(), "temporary left");
-    assert_eq!(
-        names(&l.link_dir),
-        BTreeSet::from(["alias.tags".to_string()]),
-        "maintain left files beside the link"
-    );
+    l.assert_links(&["alias.tags"], "maintain left files beside the link");
 
     // Inserts through the link land in the target.
     let st = Store::open(&link).expect("open link after maintain");
@@ -283,15 +248,10 @@ fn library_maintain_through_link_rewrites_target() {
 /// symlink; the CLI then inserts through the link into the target.
 #[test]
 fn cli_maintain_through_link_keeps_link() {
-    let _serial = serial();
-    let base = tags(80, "");
-    let l = layout(&base);
-    let link = l.link_dir.join("alias.tags");
-    symlink(&l.target, &link).expect("symlink");
-    let ino_before = {
-        use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(&l.target).expect("stat").ino()
-    };
+    use std::os::unix::fs::MetadataExt;
+    let l = layout(80);
+    let link = l.link("alias.tags");
+    let ino_before = std::fs::metadata(&l.target).expect("stat").ino();
 
     let out = cli(&["maintain", s(&link)]);
     assert!(
@@ -300,20 +260,13 @@ fn cli_maintain_through_link_keeps_link() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_is_link_to(&link, &l.target, "after CLI maintain");
-    {
-        use std::os::unix::fs::MetadataExt;
-        let ino_after = std::fs::metadata(&l.target).expect("stat").ino();
-        assert_ne!(
-            ino_before, ino_after,
-            "the target was not rewritten (maintain replaced something else)"
-        );
-    }
-    assert_eq!(contents(&l.target), base);
-    assert_eq!(
-        names(&l.link_dir),
-        BTreeSet::from(["alias.tags".to_string()]),
-        "CLI maintain left files beside the link"
+    let ino_after = std::fs::metadata(&l.target).expect("stat").ino();
+    assert_ne!(
+        ino_before, ino_after,
+        "the target was not rewritten (maintain replaced something else)"
     );
+    assert_eq!(contents(&l.target), l.base);
+    l.assert_links(&["alias.tags"], "CLI maintain left files beside the link");
 
     let out = cli(&["insert", s(&link), "cli", "isa", "link"]);
     assert!(
@@ -340,14 +293,13 @@ fn cli_maintain_through_link_keeps_link() {
 /// side files and maintain go beside the target.
 #[test]
 fn relative_link_in_other_directory() {
-    let _serial = serial();
-    let base = tags(30, "");
-    let l = layout(&base);
-    let link = l.link_dir.join("rel.tags");
+    let l = layout(30);
+    let link = l.dirs.links.join("rel.tags");
     symlink(Path::new("../real/x.tags"), &link).expect("relative symlink");
 
     let st = Store::open(&link).expect("open relative link");
-    assert!(st.insert(&Tag::new("rel", "isa", "ative")).expect("insert"));
+    let rel = Tag::new("rel", "isa", "ative");
+    assert!(st.insert(&rel).expect("insert"));
     st.close().expect("close");
     Store::maintain(&link, &MaintainOptions::default(), |_, _| {}).expect("maintain relative link");
     let read_link = std::fs::read_link(&link).expect("read_link");
@@ -357,15 +309,13 @@ fn relative_link_in_other_directory() {
         "the link was rewritten"
     );
     assert_is_link_to(&link, &l.target, "relative link after maintain");
-    let mut want = base.clone();
-    want.insert(Tag::new("rel", "isa", "ative"));
-    assert_eq!(contents(&l.target), want);
-    assert_eq!(names(&l.link_dir), BTreeSet::from(["rel.tags".to_string()]));
+    assert_eq!(contents(&l.target), l.base_and(&rel));
+    l.assert_links(&["rel.tags"], "beside the relative link");
     assert!(counts_path(&l.target).exists());
-    assert_eq!(
-        names(&l.real_dir),
-        BTreeSet::from(["x.tags".to_string(), "x.tags.counts".to_string()]),
-        "unexpected files beside the target"
+    assert_names(
+        &l.dirs.real,
+        &["x.tags", "x.tags.counts"],
+        "unexpected files beside the target",
     );
 }
 
@@ -374,41 +324,31 @@ fn relative_link_in_other_directory() {
 /// links.
 #[test]
 fn chain_of_links_followed_to_the_end() {
-    let _serial = serial();
-    let base = tags(25, "");
-    let l = layout(&base);
-    let a = l.link_dir.join("a.tags");
-    let b = l.link_dir.join("b.tags");
-    symlink(&l.target, &a).expect("symlink a");
+    let l = layout(25);
+    let a = l.link("a.tags");
+    let b = l.dirs.links.join("b.tags");
     symlink(&a, &b).expect("symlink b");
 
     let st = Store::open(&b).expect("open via chain");
     st.set_durability(Durability::Immediate)
         .expect("set_durability");
-    assert!(st.insert(&Tag::new("chain", "isa", "end")).expect("insert"));
-    assert!(journal_path(&l.target).exists(), "journal not at the end");
-    assert!(!journal_path(&a).exists() && !journal_path(&b).exists());
+    let end = Tag::new("chain", "isa", "end");
+    assert!(st.insert(&end).expect("insert"));
+    assert_side_beside_target(journal_path, &l.target, &a, "journal, first link");
+    assert!(!journal_path(&b).exists(), "journal beside the second link");
     st.close().expect("close");
 
     Store::maintain(&b, &MaintainOptions::default(), |_, _| {}).expect("maintain via chain");
     assert_is_link_to(&a, &l.target, "first link");
     assert_is_link_to(&b, &l.target, "second link");
-    assert!(std::fs::symlink_metadata(&b)
-        .expect("meta")
-        .file_type()
-        .is_symlink());
+    assert_symlink(&b, "second link");
     assert_eq!(
         std::fs::read_link(&b).expect("read_link"),
         a,
         "b no longer points at a"
     );
-    let mut want = base.clone();
-    want.insert(Tag::new("chain", "isa", "end"));
-    assert_eq!(contents(&l.target), want);
-    assert_eq!(
-        names(&l.link_dir),
-        BTreeSet::from(["a.tags".to_string(), "b.tags".to_string()])
-    );
+    assert_eq!(contents(&l.target), l.base_and(&end));
+    l.assert_links(&["a.tags", "b.tags"], "beside the links");
 }
 
 /// Issue: a dangling symlink must give `Error::NotFound` (for a writable
@@ -416,27 +356,14 @@ fn chain_of_links_followed_to_the_end() {
 /// the CLI says "no such store file" with exit 1.
 #[test]
 fn dangling_link_is_not_found() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let missing = dir.path().join("gone.tags");
-    let link = dir.path().join("dangling.tags");
-    symlink(&missing, &link).expect("symlink");
+    let (_serial, dir, link, missing) = alone_with_link("dangling.tags", "gone.tags");
 
-    match Store::open(&link) {
-        Err(Error::NotFound(_)) => {}
-        other => panic!("open: expected NotFound, got {:?}", other.map(|_| ())),
-    }
-    match Store::open_read_only(&link) {
-        Err(Error::NotFound(_)) => {}
-        other => panic!(
-            "open_read_only: expected NotFound, got {:?}",
-            other.map(|_| ())
-        ),
-    }
-    match Store::maintain(&link, &MaintainOptions::default(), |_, _| {}) {
-        Err(Error::NotFound(_)) => {}
-        other => panic!("maintain: expected NotFound, got {:?}", other.map(|_| ())),
-    }
+    expect_not_found(Store::open(&link), "open");
+    expect_not_found(Store::open_read_only(&link), "open_read_only");
+    expect_not_found(
+        Store::maintain(&link, &MaintainOptions::default(), |_, _| {}),
+        "maintain",
+    );
     let out = cli(&["find", s(&link), "--object", "a", "--relationship", "b"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -445,29 +372,15 @@ fn dangling_link_is_not_found() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!missing.exists(), "the link's target was created");
-    assert!(
-        std::fs::symlink_metadata(&link)
-            .expect("meta")
-            .file_type()
-            .is_symlink(),
-        "the dangling link was replaced"
-    );
-    assert_eq!(
-        names(dir.path()),
-        BTreeSet::from(["dangling.tags".to_string()]),
-        "files were created"
-    );
+    assert_symlink(&link, "the dangling link was replaced");
+    assert_names(dir.path(), &["dangling.tags"], "files were created");
 }
 
 /// Issue: a symlink loop must fail with an error at once, never hang or
 /// panic.
 #[test]
 fn link_loop_is_an_error() {
-    let _serial = serial();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let a = dir.path().join("a.tags");
-    let b = dir.path().join("b.tags");
-    symlink(&b, &a).expect("symlink a");
+    let (_serial, dir, a, b) = alone_with_link("a.tags", "b.tags");
     symlink(&a, &b).expect("symlink b");
     assert!(Store::open(&a).is_err(), "open of a link loop succeeded");
     assert!(
@@ -475,8 +388,5 @@ fn link_loop_is_an_error() {
         "read-only open of a link loop succeeded"
     );
     assert!(Store::maintain(&a, &MaintainOptions::default(), |_, _| {}).is_err());
-    assert_eq!(
-        names(dir.path()),
-        BTreeSet::from(["a.tags".to_string(), "b.tags".to_string()])
-    );
+    assert_names(dir.path(), &["a.tags", "b.tags"], "beside the loop");
 }
