@@ -11,9 +11,10 @@
 
 mod common;
 
+use common::crash::Tmpfs;
+
 use common::edge::{cli, names, one_block_buckets, s};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use tagstore::{counts_path, journal_path, CreateOptions, Error, Geometry, Store};
 
 /// The largest `expected_tags` with the default bucket size (4 blocks).
@@ -105,55 +106,6 @@ fn cli_absurd_expected_tags_refused_and_nothing_left() {
     );
     assert!(!p.exists(), "y.tags was left behind");
     assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
-}
-
-/// A tmpfs mounted for one test, unmounted on drop (also when the test panics).
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` on `dir`; `None` (with a printed reason) if impossible.
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            println!("SKIPPED: mounting a tmpfs needs root");
-            return None;
-        }
-        std::fs::create_dir_all(dir).expect("mount point");
-        match Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-        {
-            Ok(o) if o.status.success() => Some(Tmpfs {
-                dir: dir.to_path_buf(),
-            }),
-            Ok(o) => {
-                println!(
-                    "SKIPPED: mount -t tmpfs failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                println!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
 }
 
 /// Issue: a create that fails for lack of space (a store sized for

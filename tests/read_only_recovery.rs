@@ -27,10 +27,11 @@
 
 mod common;
 
+use common::crash::Tmpfs;
+
 use common::edge::{build_store, cli, one_block_buckets, serial};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use tagstore::{journal_path, Durability, Error, Store, Tag};
 
 fn tag(i: u32) -> Tag {
@@ -511,68 +512,6 @@ crash_tests! {
     /// Issue: the CLI read commands on a store with a pending journal must all
     /// succeed and leave the store, its journal and its counts unchanged.
     cli_reads_with_pending_journal_never_write: cli_case(PendingJournal);
-}
-
-/// A tmpfs mounted for one test, unmounted on drop (also when the test panics).
-struct Tmpfs {
-    dir: PathBuf,
-}
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Option<Tmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            println!("SKIPPED: mounting a tmpfs needs root");
-            return None;
-        }
-        std::fs::create_dir_all(dir).expect("mount point");
-        match Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()
-        {
-            Ok(o) if o.status.success() => Some(Tmpfs {
-                dir: dir.to_path_buf(),
-            }),
-            Ok(o) => {
-                println!(
-                    "SKIPPED: mount -t tmpfs failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                println!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-
-    /// Remounts read-only; the reason on failure.
-    fn remount_ro(&self) -> Result<(), String> {
-        let o = Command::new("mount")
-            .args(["-o", "remount,ro"])
-            .arg(&self.dir)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if o.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
 }
 
 /// Issue: on a read-only filesystem a store left unclean (None mode,

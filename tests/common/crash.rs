@@ -180,6 +180,22 @@ impl Tmpfs {
     }
 }
 
+impl Tmpfs {
+    /// Remounts the tmpfs read-only; the reason on failure.
+    pub fn remount_ro(&self) -> Result<(), String> {
+        let o = Command::new("mount")
+            .args(["-o", "remount,ro"])
+            .arg(&self.dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if o.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&o.stderr).trim().to_string())
+        }
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let ok = Command::new("umount")
