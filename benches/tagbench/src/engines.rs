@@ -8,12 +8,20 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tagstore::{CreateOptions, Durability, MaintainOptions, Store, Tag};
 
-/// Tags per write transaction of the peers' bulk load and bulk delete.
-pub const LOAD_TXN: usize = 10_000;
+/// Tags per write transaction of the peers' bulk load and bulk delete
+/// (`--peer-txn`); by default one transaction for the whole call, the
+/// natural best mode of a B-tree or an LSM for bulk work.
+pub static LOAD_TXN: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// `tags` cut into the peers' write transactions (see [`LOAD_TXN`]).
+fn txns(tags: &[Tag]) -> std::slice::Chunks<'_, Tag> {
+    tags.chunks(LOAD_TXN.load(Ordering::Relaxed).max(1))
+}
 
 /// The names `open` knows, in the default column order.
 pub const ENGINES: [&str; 5] = ["tagstore", "sqlite", "redb", "lmdb", "fjall"];
@@ -56,7 +64,8 @@ pub trait Engine {
     fn insert(&mut self, t: &Tag) -> Result<bool>;
     /// One atomic delete from both indexes; false if absent.
     fn delete(&mut self, t: &Tag) -> Result<bool>;
-    /// Deletes many tags, `LOAD_TXN` per write transaction, cheap durability.
+    /// Deletes many tags, in `LOAD_TXN`-sized write transactions (by default
+    /// one), cheap durability.
     fn delete_many(&mut self, tags: &[Tag]) -> Result<()>;
     /// Switches into (or out of) the mode of the durable rows, where a
     /// commit is fsynced before it returns. Untimed.
@@ -253,7 +262,7 @@ pub struct Sqlite {
 
 pub const SQLITE_SETTINGS: &str = "WAL, synchronous=OFF (FULL for the final checkpoint and the \
      durable rows), cache_size=256 MiB, mmap_size=1 GiB, two WITHOUT ROWID tables \
-     (rel,object,subject) and (rel,subject,object), 10,000 rows per load/delete transaction, one \
+     (rel,object,subject) and (rel,subject,object), one transaction per bulk load/delete call (--peer-txn), one \
      transaction per INSERT/DELETE; second reader: its own read-only connection; compaction: \
      VACUUM + wal_checkpoint(TRUNCATE)";
 
@@ -340,7 +349,7 @@ impl Engine for Sqlite {
         "sqlite"
     }
     fn load(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             self.insert_txn(chunk)?;
         }
         Ok(())
@@ -390,7 +399,7 @@ impl Engine for Sqlite {
         Ok(n > 0)
     }
     fn delete_many(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             let tx = self.conn.transaction()?;
             {
                 let mut a = tx.prepare_cached(
@@ -443,7 +452,7 @@ const BY_SUBJ: redb::TableDefinition<&[u8], ()> = redb::TableDefinition::new("by
 
 pub const REDB_SETTINGS: &str = "two tables keyed by the bytes len(rel)|rel|len(key)|key|other \
      (FIND = prefix range), cache 1 GiB (default), Durability::None for load/delete transactions \
-     of 10,000 tags and for single INSERT/DELETE, one Immediate commit as the final sync, \
+     (one per bulk call, --peer-txn) and for single INSERT/DELETE, one Immediate commit as the final sync, \
      Immediate commits in the durable rows, one read transaction per FIND; second reader: the \
      same Database shared (Sync); compaction: Database::compact";
 
@@ -549,7 +558,7 @@ impl Engine for Redb {
         "redb"
     }
     fn load(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             self.insert_txn(chunk, redb::Durability::None)?;
         }
         Ok(())
@@ -589,7 +598,7 @@ impl Engine for Redb {
         Ok(had)
     }
     fn delete_many(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             let tx = self.write_txn(redb::Durability::None)?;
             {
                 let mut a = tx.open_table(BY_OBJ)?;
@@ -639,8 +648,8 @@ pub const LMDB_MAP_SIZE: usize = 64 << 30;
 
 pub const LMDB_SETTINGS: &str = "heed 0.23 (LMDB 0.9.x, mdb.master), two named databases \
      by_obj/by_subj keyed by the bytes len(rel)|rel|len(key)|key|other with empty values (FIND = \
-     prefix_iter), map size 64 GiB (sparse), EnvFlags::NO_SYNC for load/delete transactions of \
-     10,000 tags and for single INSERT/DELETE (commits reach the OS, survive a process kill), one \
+     prefix_iter), map size 64 GiB (sparse), EnvFlags::NO_SYNC for load/delete transactions (one \
+     per bulk call, --peer-txn) and for single INSERT/DELETE (commits reach the OS, survive a process kill), one \
      force_sync() as the final sync; NO_SYNC cleared in the durable rows (fsync per commit); one \
      read transaction per FIND; second reader: the same Env shared; compaction: \
      copy_to_path(CompactionOption::Enabled), fsync, rename over data.mdb, reopen";
@@ -746,7 +755,7 @@ impl Engine for Lmdb {
         "lmdb"
     }
     fn load(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             self.insert_txn(chunk)?;
         }
         Ok(())
@@ -789,7 +798,7 @@ impl Engine for Lmdb {
         Ok(had)
     }
     fn delete_many(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             let mut w = self.env.write_txn()?;
             for t in chunk {
                 index_key(&mut self.key, &t.relationship, &t.object, &t.subject);
@@ -844,8 +853,8 @@ impl Engine for Lmdb {
 
 pub const FJALL_SETTINGS: &str = "fjall 3.1 (LSM), one Database, two keyspaces by_obj/by_subj \
      keyed by the bytes len(rel)|rel|len(key)|key|other with empty values (FIND = prefix scan), \
-     block cache 1 GiB (default 32 MiB), default keyspace options (lz4), write batches of 10,000 \
-     tags for load/delete with PersistMode::Buffer (no fsync; survives a process kill), one \
+     block cache 1 GiB (default 32 MiB), default keyspace options (lz4), one write batch per \
+     bulk load/delete call (--peer-txn) with PersistMode::Buffer (no fsync; survives a process kill), one \
      persist(SyncAll) as the final sync; single INSERT/DELETE: contains_key then one atomic \
      batch over both keyspaces; durable rows: batches committed with SyncAll; background \
      flushes/compactions waited for after every turn (untimed, reported); second reader: the \
@@ -946,7 +955,7 @@ impl Engine for Fjall {
         "fjall"
     }
     fn load(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             self.batch(chunk, true, fjall::PersistMode::Buffer)?;
         }
         Ok(())
@@ -982,7 +991,7 @@ impl Engine for Fjall {
         Ok(true)
     }
     fn delete_many(&mut self, tags: &[Tag]) -> Result<()> {
-        for chunk in tags.chunks(LOAD_TXN) {
+        for chunk in txns(tags) {
             self.batch(chunk, false, fjall::PersistMode::Buffer)?;
         }
         Ok(())

@@ -80,6 +80,15 @@ pub struct Args {
     /// Print the tables as Markdown too.
     #[arg(long)]
     markdown: bool,
+    /// Tags per write transaction of the peers' bulk load and bulk delete
+    /// (default: one transaction per call, the whole set).
+    #[arg(long)]
+    peer_txn: Option<usize>,
+    /// Bulk load and delete in interleaved rounds of this many tags per
+    /// engine turn (default: each engine loads, and deletes, the whole set
+    /// in one call, so a peer's bulk work is one transaction).
+    #[arg(long)]
+    bulk_round: Option<usize>,
     /// Run the tagstore geometry sweep instead of the engine comparison.
     #[arg(long)]
     sweep: bool,
@@ -382,6 +391,8 @@ fn compare(args: &Args) -> Result<()> {
     let mut settings = serde_json::json!({
         "tags": n,
         "seed": args.seed,
+        "peer_txn": args.peer_txn,
+        "bulk_round": args.bulk_round,
         "data": ds.source,
         "data_file": load_report,
         "objects": ds.objects.len(),
@@ -494,8 +505,10 @@ fn compare(args: &Args) -> Result<()> {
     println!("files:   {}", base.path().display());
     println!(
         "method:  every phase runs in rounds, the engines taking turns (order rotating), so \
-         that load from other processes falls on all of them alike; after each turn an engine's \
-         background work (fjall's flushes and compactions) is waited for, untimed"
+         that load from other processes falls on all of them alike (bulk load and delete: one \
+         turn each with the whole set, a peer in one write transaction, unless --bulk-round / \
+         --peer-txn say otherwise); after each turn an engine's background work (fjall's \
+         flushes and compactions) is waited for, untimed"
     );
     println!();
 
@@ -511,7 +524,13 @@ fn compare(args: &Args) -> Result<()> {
     };
     let mut detail = Vec::new();
 
-    // Bulk load in rounds of 50,000 tags, then one durable sync each.
+    // Bulk load: by default each engine loads the whole set in one call (a
+    // peer in one write transaction), engines in turn; then one durable
+    // sync each.
+    if let Some(n) = args.peer_txn {
+        engines::LOAD_TXN.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+    let bulk_round = args.bulk_round.unwrap_or(usize::MAX).max(1);
     let mut b = Bench {
         engines: Vec::new(),
         settle: vec![Duration::ZERO; ne],
@@ -522,7 +541,7 @@ fn compare(args: &Args) -> Result<()> {
     }
     eprintln!("bulk load of {} tags", tags.len());
     let mut acc = accs(ne);
-    b.rounds(tags.len(), 50_000, |i, e, r| {
+    b.rounds(tags.len(), bulk_round.min(tags.len().max(1)), |i, e, r| {
         let t = Instant::now();
         e.load(&tags[r])
             .with_context(|| format!("{}: load", e.name()))?;
@@ -996,7 +1015,7 @@ fn compare(args: &Args) -> Result<()> {
     // durable sync.
     eprintln!("deleting {} tags (half)", half.len());
     let mut acc = accs(ne);
-    b.rounds(half.len(), 50_000, |i, e, r| {
+    b.rounds(half.len(), bulk_round.min(half.len().max(1)), |i, e, r| {
         let t = Instant::now();
         e.delete_many(&half[r])
             .with_context(|| format!("{}: delete", e.name()))?;
