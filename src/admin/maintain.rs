@@ -70,7 +70,7 @@ impl Store {
             before.allocated_bytes = m.blocks() * 512;
         }
         let geometry = options.geometry.unwrap_or(old.geometry());
-        geometry.validate()?;
+        geometry.validate_new()?;
         let tmp = maintain_temp_path(path);
         remove_if_present(&tmp, "stale")?;
         let mut copy = || -> Result<()> {
@@ -132,10 +132,16 @@ impl Store {
             // the rewrite's own empty counts file is not needed.
             remove_if_present(&counts_path(&tmp), "the rewrite's counts file")
         };
-        if let Err(e) = copy() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
+        // The statistics of the rewrite, taken before the rename: after it
+        // another process may take the store's lock at once.
+        let after = copy().and_then(|()| Store::open_read_only(&tmp)?.stats());
+        let after = match after {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+        };
         if let Err(e) = std::fs::rename(&tmp, path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io(
@@ -146,7 +152,7 @@ impl Store {
         sync_dir(path)?;
         // The old handle now refers to the unlinked old file: drop it unwritten.
         old.abandon_now();
-        let after = Store::open_read_only(path)?.stats()?;
+
         Ok(MaintainReport {
             before,
             after,

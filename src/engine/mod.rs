@@ -75,16 +75,25 @@ impl Store {
             None => random_u64()?,
         };
         let file = MappedFile::create(path, geometry.file_len(0))?;
-        // The file is ours: a create that fails leaves nothing behind.
-        Self::create_in(file, path, geometry, seed).inspect_err(|_| {
-            let _ = std::fs::remove_file(path);
-            let _ = std::fs::remove_file(crate::counts::counts_path(path));
-        })
+        Self::create_in(file, path, geometry, seed)
+    }
+
+    /// Removes what a failed `create` made (called while its lock is held,
+    /// so no other process opens the half-made store meanwhile).
+    fn remove_made(path: &Path) {
+        let _ = std::fs::remove_file(path);
+        let _ = std::fs::remove_file(crate::counts::counts_path(path));
+        for t in temporaries(path) {
+            let _ = std::fs::remove_file(t);
+        }
     }
 
     fn create_in(file: MappedFile, path: &Path, geometry: Geometry, seed: u64) -> Result<Store> {
         // No store existed at this path, so a journal beside it is stale.
-        remove_if_present(&crate::pager::journal_path(path), "stale journal")?;
+        if let Err(e) = remove_if_present(&crate::pager::journal_path(path), "stale journal") {
+            Self::remove_made(path);
+            return Err(e);
+        }
         let sb = Superblock {
             geometry,
             secondary_count: 0,
@@ -104,10 +113,17 @@ impl Store {
             recovered: false,
             closed: false,
         };
-        state.pager.write_superblock(&sb)?;
-        // Counts start empty and exact, so the first close merges instead of scanning.
-        CountsFile::create(path, seed, &Counts::from_counts(Default::default()))?;
-        Self::from_state(state, path)
+        let made = state.pager.write_superblock(&sb).and_then(|()| {
+            // Counts start empty and exact, so the first close merges instead of scanning.
+            CountsFile::create(path, seed, &Counts::from_counts(Default::default()))
+        });
+        if let Err(e) = made {
+            // The file is ours: a create that fails leaves nothing behind.
+            state.closed = true;
+            Self::remove_made(path);
+            return Err(e);
+        }
+        Self::from_state(state, path).inspect_err(|_| Self::remove_made(path))
     }
 
     /// Opens an existing store for reading and writing (exclusive lock).
@@ -299,6 +315,10 @@ impl Store {
             if !(is_no_space(&e) && self.counts_own_only()) {
                 return Err(e);
             }
+            // Drop the counts file (unlinking needs no space): the next use
+            // rebuilds the counts from the tags, even where the missed
+            // changes cancel out in the total.
+            let _ = std::fs::remove_file(crate::counts::counts_path(&self.path));
         }
         self.lock().close()
     }

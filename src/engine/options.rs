@@ -66,7 +66,7 @@ impl CreateOptions {
                 )));
             }
         }
-        g.validate()?;
+        g.validate_new()?;
         Ok(g)
     }
 }

@@ -61,6 +61,23 @@ impl Geometry {
         (per_half as f64 * cap) as u64
     }
 
+    /// Checks a geometry for a new store: the ranges, and that its fixed
+    /// partition stays within [`MAX_START_BYTES`] (existing stores are only
+    /// held to [`Geometry::validate`]).
+    pub fn validate_new(&self) -> Result<()> {
+        self.validate()?;
+        if self.file_len(0) > MAX_START_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "{} primary buckets of {} blocks per half need {} bytes before the first tag; at most {MAX_START_BYTES} ({} TiB) are allowed",
+                self.primary_buckets_per_half,
+                self.blocks_per_primary,
+                self.file_len(0),
+                MAX_START_BYTES >> 40
+            )));
+        }
+        Ok(())
+    }
+
     /// Checks the ranges; names the offending value.
     pub fn validate(&self) -> Result<()> {
         if self.primary_buckets_per_half == 0
@@ -80,15 +97,6 @@ impl Geometry {
                     "{name} must be 1..={MAX_BLOCKS_PER_BUCKET}, got {v}"
                 )));
             }
-        }
-        if self.file_len(0) > MAX_START_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "{} primary buckets of {} blocks per half need {} bytes before the first tag; at most {MAX_START_BYTES} ({} TiB) are allowed",
-                self.primary_buckets_per_half,
-                self.blocks_per_primary,
-                self.file_len(0),
-                MAX_START_BYTES >> 40
-            )));
         }
         Ok(())
     }

@@ -147,4 +147,31 @@ mod tests {
             .expect("ok")
             .is_none());
     }
+
+    /// Regression: the limit on a new store's fixed partition (8 TiB) was
+    /// also applied when decoding, so a sparse store of a larger geometry,
+    /// valid before, no longer opened ("corrupt").
+    #[test]
+    fn a_geometry_past_the_new_store_limit_still_decodes() {
+        let g = Geometry {
+            primary_buckets_per_half: 16_385,
+            blocks_per_primary: 65_536,
+            blocks_per_secondary: 16,
+        };
+        assert!(g.validate_new().is_err(), "too large for a new store");
+        let sb = Superblock {
+            geometry: g,
+            secondary_count: 0,
+            flags: 0,
+            seed: 1,
+            tag_count: 0,
+            table_offset: 0,
+            table_len: 0,
+            table_crc: 0,
+        };
+        let back = Superblock::decode(&sb.encode())
+            .expect("decodes")
+            .expect("ours");
+        assert_eq!(back.geometry, g);
+    }
 }

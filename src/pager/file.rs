@@ -47,7 +47,11 @@ fn scan_holes(file: &File, len: u64) -> Vec<u64> {
     while off < len {
         // SAFETY: lseek on an fd we own; offsets are within the file.
         let data = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_DATA) };
-        // No data from `off` on (ENXIO): a hole to the end.
+        // No data from `off` on (ENXIO): a hole to the end. Any other error:
+        // stop, taking the rest for data (never read data as zeros).
+        if data < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO) {
+            break;
+        }
         let end = if data < 0 {
             len
         } else {
@@ -385,7 +389,16 @@ impl MappedFile {
             }
         }
         if self.tmpfs && len > old {
-            self.reserve(old, len - old)?;
+            if let Err(e) = self.reserve(old, len - old) {
+                // Put the file back: blocks neither backed nor known as
+                // holes would SIGBUS when first touched on a full tmpfs.
+                let _ = self.file.set_len(old);
+                self.len = old;
+                if let Some(h) = self.holes.as_mut() {
+                    h.resize((old / BLOCK_SIZE as u64).div_ceil(64) as usize, 0);
+                }
+                return Err(e);
+            }
         }
         Ok(())
     }
