@@ -166,18 +166,8 @@ impl MappedFile {
             return Err(Error::NotAStore(path.to_path_buf()));
         }
         let mapped = if writable { headroom(len) } else { len };
-        let map = Self::map(&file, path, writable, mapped)?;
-        let tmpfs = on_tmpfs(&file);
-        let mut f = MappedFile {
-            file,
-            map,
-            path: path.to_path_buf(),
-            len,
-            mapped,
-            tmpfs,
-            holes: None,
-        };
-        if tmpfs {
+        let mut f = Self::with_map(file, path, writable, len, mapped)?;
+        if f.tmpfs {
             let backed = match writable {
                 true => match f.reserve(0, len) {
                     Ok(()) => true,
@@ -209,25 +199,30 @@ impl MappedFile {
             lock(&file, path, true, None)?;
             file.set_len(len)
                 .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
-            let mapped = headroom(len);
-            let map = Self::map(&file, path, true, mapped)?;
-            let tmpfs = on_tmpfs(&file);
-            let mut f = MappedFile {
-                file,
-                map,
-                path: path.to_path_buf(),
-                len,
-                mapped,
-                tmpfs,
-                holes: None,
-            };
-            f.reserve(0, if tmpfs { len } else { 2 * BLOCK_SIZE as u64 })?;
+            let mut f = Self::with_map(file, path, true, len, headroom(len))?;
+            let backed = if f.tmpfs { len } else { 2 * BLOCK_SIZE as u64 };
+            f.reserve(0, backed)?;
             Ok(f)
         })();
         if made.is_err() {
             let _ = std::fs::remove_file(path);
         }
         made
+    }
+
+    /// A handle on `file` (`len` bytes), mapping `mapped` bytes of address space.
+    fn with_map(file: File, path: &Path, writable: bool, len: u64, mapped: u64) -> Result<Self> {
+        let map = Self::map(&file, path, writable, mapped)?;
+        let tmpfs = on_tmpfs(&file);
+        Ok(MappedFile {
+            file,
+            map,
+            path: path.to_path_buf(),
+            len,
+            mapped,
+            tmpfs,
+            holes: None,
+        })
     }
 
     /// Maps the first `mapped` bytes (the file may be shorter: pages past
