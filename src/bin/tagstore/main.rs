@@ -58,15 +58,8 @@ enum Cmd {
         /// Tags the store should hold comfortably; sizes the primary buckets.
         #[arg(long, default_value_t = 1_000_000)]
         expected_tags: u64,
-        /// Primary buckets per half (overrides --expected-tags).
-        #[arg(long)]
-        primary_buckets: Option<u32>,
-        /// 4 KB blocks per primary bucket.
-        #[arg(long)]
-        blocks_per_primary: Option<u32>,
-        /// 4 KB blocks per secondary (overflow) bucket.
-        #[arg(long)]
-        blocks_per_secondary: Option<u32>,
+        #[command(flatten)]
+        buckets: Buckets,
         /// Hash seed (default: random; fix it only for reproducible images).
         #[arg(long)]
         seed: Option<u64>,
@@ -138,15 +131,8 @@ enum Cmd {
         /// Re-hash for this many tags (keeps the bucket sizes unless given).
         #[arg(long)]
         expected_tags: Option<u64>,
-        /// New primary bucket count per half.
-        #[arg(long)]
-        primary_buckets: Option<u32>,
-        /// New blocks per primary bucket.
-        #[arg(long)]
-        blocks_per_primary: Option<u32>,
-        /// New blocks per secondary bucket.
-        #[arg(long)]
-        blocks_per_secondary: Option<u32>,
+        #[command(flatten)]
+        buckets: Buckets,
         /// Print the before/after summary as JSON.
         #[arg(long)]
         json: bool,
@@ -290,20 +276,31 @@ fn finish(out: Out, code: ExitCode) -> Result<ExitCode, Fail> {
     Ok(code)
 }
 
-/// Checks geometry values given on the command line against the store's
-/// limits, before any file is touched: a bad value is a usage error.
-fn check_geometry(
-    sub: &'static str,
+/// The bucket options `create` and `maintain` share.
+#[derive(Args)]
+struct Buckets {
+    /// Primary buckets per half (overrides --expected-tags).
+    #[arg(long)]
     primary_buckets: Option<u32>,
+    /// 4 KB blocks per primary bucket.
+    #[arg(long)]
     blocks_per_primary: Option<u32>,
+    /// 4 KB blocks per secondary (overflow) bucket.
+    #[arg(long)]
     blocks_per_secondary: Option<u32>,
-) -> Result<(), Fail> {
-    let g = Geometry {
-        primary_buckets_per_half: primary_buckets.unwrap_or(1),
-        blocks_per_primary: blocks_per_primary.unwrap_or(1),
-        blocks_per_secondary: blocks_per_secondary.unwrap_or(1),
-    };
-    g.validate().map_err(|e| Fail::Usage(sub, e.to_string()))
+}
+
+impl Buckets {
+    /// Checks the values given against the store's limits, before any file
+    /// is touched: a bad value is a usage error of `sub`.
+    fn check(&self, sub: &'static str) -> Result<(), Fail> {
+        let g = Geometry {
+            primary_buckets_per_half: self.primary_buckets.unwrap_or(1),
+            blocks_per_primary: self.blocks_per_primary.unwrap_or(1),
+            blocks_per_secondary: self.blocks_per_secondary.unwrap_or(1),
+        };
+        g.validate().map_err(|e| Fail::Usage(sub, e.to_string()))
+    }
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Fail> {
@@ -312,22 +309,15 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
         Cmd::Create {
             store,
             expected_tags,
-            primary_buckets,
-            blocks_per_primary,
-            blocks_per_secondary,
+            buckets,
             seed,
         } => {
-            check_geometry(
-                "create",
-                primary_buckets,
-                blocks_per_primary,
-                blocks_per_secondary,
-            )?;
+            buckets.check("create")?;
             let opts = CreateOptions {
                 expected_tags,
-                primary_buckets_per_half: primary_buckets,
-                blocks_per_primary,
-                blocks_per_secondary,
+                primary_buckets_per_half: buckets.primary_buckets,
+                blocks_per_primary: buckets.blocks_per_primary,
+                blocks_per_secondary: buckets.blocks_per_secondary,
                 seed,
             };
             let s = Store::create(&store, &opts)?;
@@ -435,20 +425,15 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
         Cmd::Maintain {
             store,
             expected_tags,
-            primary_buckets,
-            blocks_per_primary,
-            blocks_per_secondary,
+            buckets,
             json,
         } => {
-            check_geometry(
-                "maintain",
-                primary_buckets,
-                blocks_per_primary,
-                blocks_per_secondary,
-            )?;
+            buckets.check("maintain")?;
             let cur = open_ro(&store)?.geometry();
-            let bp = blocks_per_primary.unwrap_or(cur.blocks_per_primary);
-            let bs = blocks_per_secondary.unwrap_or(cur.blocks_per_secondary);
+            let bp = buckets.blocks_per_primary.unwrap_or(cur.blocks_per_primary);
+            let bs = buckets
+                .blocks_per_secondary
+                .unwrap_or(cur.blocks_per_secondary);
             let mut g = match expected_tags {
                 Some(n) => Geometry::sized(n, bp, bs),
                 None => Geometry {
@@ -457,7 +442,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                     ..cur
                 },
             };
-            if let Some(p) = primary_buckets {
+            if let Some(p) = buckets.primary_buckets {
                 g.primary_buckets_per_half = p;
             }
             let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
