@@ -50,6 +50,8 @@ pub enum Error {
     ReadOnly,
     /// An earlier write failed halfway; this handle refuses writes until the store is reopened.
     Poisoned,
+    /// A read-only open found a bucket split interrupted by a crash, which only a writable open finishes.
+    SplitPending(PathBuf),
 }
 
 impl Error {
@@ -93,6 +95,11 @@ impl fmt::Display for Error {
             ),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::ReadOnly => write!(f, "store is opened read-only"),
+            Error::SplitPending(p) => write!(
+                f,
+                "{}: a bucket split was interrupted by a crash; open the store for writing once (any `tagstore insert`, `delete` or `maintain`) to finish it",
+                p.display()
+            ),
             Error::Poisoned => write!(
                 f,
                 "store is unusable after a failed write: reopen the store to recover"

@@ -4,7 +4,7 @@ use crate::engine::Store;
 use crate::error::Result;
 use crate::format::hash::tag_fp_of;
 use crate::format::tag::{decode, used_prefix};
-use crate::format::{place, BlockRef, Intent, INTENT_BLOCK, KIND_PRIMARY, KIND_SECONDARY};
+use crate::format::{place, BlockAt, BlockRef, Intent, INTENT_BLOCK, KIND_PRIMARY, KIND_SECONDARY};
 use crate::index::Tables;
 use serde::Serialize;
 use xxhash_rust::xxh3::xxh3_128;
@@ -65,7 +65,7 @@ impl Store {
 
     fn check_blocks(&self) -> Result<CheckReport> {
         let st = self.read();
-        let (geo, seed) = (self.geometry(), st.index().seed());
+        let (geo, seed) = (st.index().geometry(), st.index().seed());
         let pager = st.pager();
         let tables = &st.index().tables;
         let mut r = CheckReport::default();
@@ -77,8 +77,8 @@ impl Store {
         }
         let mut hashes: [Vec<u128>; 2] = [Vec::new(), Vec::new()];
         let nsec = tables.secondary.len() as u32;
-        let total = geo.secondary_start(nsec);
-        for b in geo.primary_start(0)..total {
+        let total = geo.file_len(nsec) / crate::format::BLOCK_SIZE as u64;
+        for b in crate::format::INTENT_BLOCK + 1..total {
             r.blocks_checked += 1;
             let blk = BlockRef(pager.raw_block(b)?);
             if !blk.crc_ok() {
@@ -88,9 +88,9 @@ impl Store {
             if blk.is_unwritten() {
                 continue;
             }
-            let primary = b < geo.secondary_base();
-            let (want_kind, bucket_desc) = if primary {
-                let g = ((b - geo.primary_start(0)) / geo.blocks_per_primary as u64) as u32;
+            let (want_kind, bucket_desc) = match geo.block_at(b) {
+                BlockAt::Meta => continue,
+                BlockAt::Primary { g, .. } => {
                 if blk.owner() != g || blk.ordinal() != 0 {
                     r.fault(format!(
                         "block {b}: header names bucket {} but lies in primary bucket {g}",
@@ -99,9 +99,8 @@ impl Store {
                     continue;
                 }
                 (KIND_PRIMARY, format!("primary bucket {g}"))
-            } else {
-                let s = ((b - geo.secondary_base()) / geo.blocks_per_secondary as u64) as u32;
-                (KIND_SECONDARY, format!("secondary bucket {s}"))
+                }
+                BlockAt::Secondary { s, .. } => (KIND_SECONDARY, format!("secondary bucket {s}")),
             };
             if blk.kind() != want_kind || !blk.bitmap_valid() {
                 r.fault(format!("block {b}: bad kind or bitmap for {bucket_desc}"));

@@ -21,8 +21,12 @@ use std::time::Instant;
 /// What [`Store::maintain`] should change besides compacting.
 #[derive(Clone, Debug, Default)]
 pub struct MaintainOptions {
-    /// New geometry to re-hash into; `None` keeps the current one.
+    /// New geometry to re-hash into; `None` sizes the store for its live
+    /// tags (or keeps the bucket count with `keep_geometry`).
     pub geometry: Option<Geometry>,
+    /// With no `geometry`: keep the current bucket count instead of
+    /// re-sizing for the live tags.
+    pub keep_geometry: bool,
     /// Wait up to this long for a lock another process holds (`None`: fail at once).
     pub wait: Option<Duration>,
 }
@@ -69,7 +73,12 @@ impl Store {
             before.file_bytes = m.len();
             before.allocated_bytes = m.blocks() * 512;
         }
-        let geometry = options.geometry.unwrap_or(old.geometry());
+        let cur = old.geometry();
+        let geometry = match options.geometry {
+            Some(g) => g,
+            None if options.keep_geometry => cur,
+            None => Geometry::sized(old.len(), cur.blocks_per_primary, cur.blocks_per_secondary),
+        };
         geometry.validate_new()?;
         let tmp = maintain_temp_path(path);
         remove_if_present(&tmp, "stale")?;

@@ -54,7 +54,7 @@ impl Store {
     /// Computes layout statistics (reads every written block header once).
     pub fn stats(&self) -> Result<Stats> {
         let st = self.read();
-        let geo = self.geometry();
+        let geo = st.index().geometry();
         let t = &st.index().tables;
         let n = geo.primary_buckets() as usize;
         let mut loads = Vec::with_capacity(n);
@@ -110,7 +110,7 @@ impl Store {
         }
         Ok(Stats {
             tags,
-            geometry: geo,
+            geometry: geo.geometry(),
             primary_buckets: n as u64,
             primary_buckets_used: used_b,
             primary_buckets_full: full_b,
@@ -138,7 +138,7 @@ impl Store {
 }
 
 /// Empty slots before the last occupied slot of the chain of `g`.
-fn chain_holes(st: &State, geo: &Geometry, g: u32) -> Result<u64> {
+fn chain_holes(st: &State, geo: &crate::format::Layout, g: u32) -> Result<u64> {
     let (pager, t) = (st.pager(), &st.index().tables);
     // Past a primary bucket's extent nothing was ever written: count those
     // blocks as empty without reading them (a read of a never-written block

@@ -7,7 +7,7 @@
 
 use super::keymatch::KeyMatch;
 use super::state::State;
-use super::Store;
+use super::{Reading, Store};
 use crate::error::{Error, Result};
 use crate::format::tag::decode;
 use crate::format::{place, prefetch, BlockRef, Half, Tag};
@@ -34,8 +34,11 @@ struct Search {
 }
 
 impl Search {
+    /// The search for a key; the caller holds a [`Reading`] so that no
+    /// split moves the key's tags until it is done.
     fn new(store: &Store, half: Half, relationship: &str, name: &str) -> Self {
-        let p = place(&store.geometry, store.seed, half, relationship, name);
+        let layout = store.read().index.geometry();
+        let p = place(&layout, store.seed, half, relationship, name);
         let (key, walk) = match KeyMatch::new(half, relationship, name) {
             Some(k) => (k, ChainWalk::new(p.bucket, p.bucket + 1, Some(p.fp()))),
             // Longer than any slot: finds nothing.
@@ -120,6 +123,7 @@ fn bad_slot(block: u64, slot: usize) -> Error {
 /// Streaming FIND results: the subjects of an object, or the objects of a subject.
 pub struct Find<'s> {
     store: &'s Store,
+    _reading: Reading<'s>,
     search: Search,
     buf: VecDeque<String>,
     failed: bool,
@@ -127,8 +131,10 @@ pub struct Find<'s> {
 
 impl<'s> Find<'s> {
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
+        let reading = Reading::new(store);
         Find {
             store,
+            _reading: reading,
             search: Search::new(store, half, relationship, name),
             buf: VecDeque::new(),
             failed: false,
@@ -168,6 +174,7 @@ impl Iterator for Find<'_> {
 /// Streaming export of every tag once (read from the object half).
 pub struct Tags<'s> {
     store: &'s Store,
+    _reading: Reading<'s>,
     walk: ChainWalk,
     buf: VecDeque<Tag>,
     failed: bool,
@@ -252,6 +259,7 @@ impl Store {
         name: &str,
         mut f: impl FnMut(&str),
     ) -> Result<u64> {
+        let _reading = Reading::new(self);
         let mut s = Search::new(self, half, relationship, name);
         // Results of one step, concatenated, and where each ends. The
         // buffers are kept per thread (a nested FIND from `f` makes its own).
@@ -296,9 +304,12 @@ impl Store {
 
     /// Streams every stored tag exactly once.
     pub fn tags(&self) -> Tags<'_> {
+        let reading = Reading::new(self);
+        let (first, end, step) = self.read().index.geometry().object_half();
         Tags {
             store: self,
-            walk: ChainWalk::new(0, self.geometry.primary_buckets_per_half, None),
+            _reading: reading,
+            walk: ChainWalk::every(first, end, step, None),
             buf: VecDeque::new(),
             failed: false,
         }

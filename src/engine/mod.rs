@@ -7,6 +7,7 @@
 
 mod counting;
 mod find;
+mod grow;
 mod keymatch;
 mod ops;
 mod options;
@@ -20,7 +21,7 @@ pub(crate) use state::State;
 
 use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
-use crate::format::{Geometry, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
+use crate::format::{Geometry, Intent, IntentOp, Layout, Superblock, INTENT_BLOCK, BLOCK_SIZE, SUPERBLOCK_BLOCK};
 use crate::index::{Index, Tables};
 use crate::pager::{
     is_no_space, journal_images, journal_pending, replay_journal, MappedFile, Pager,
@@ -28,6 +29,7 @@ use crate::pager::{
 use crate::side::{remove_if_present, resolve, temporaries};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -38,7 +40,9 @@ pub struct Store {
     counts: Mutex<Option<Loaded>>,
     /// This handle's writer id for increments (random per open).
     writer_id: u64,
-    geometry: Geometry,
+    /// FINDs and exports in progress: bucket splits wait until none is,
+    /// so a streaming reader never sees a tag move.
+    readers: AtomicUsize,
     seed: u64,
     path: PathBuf,
     /// Stale temporaries this handle's open removed (reported by `check`).
@@ -54,12 +58,12 @@ fn random_u64() -> Result<u64> {
 
 impl Store {
     fn from_state(state: State, path: &Path) -> Result<Store> {
-        let (geometry, seed) = (state.index.geometry(), state.index.seed());
+        let seed = state.index.seed();
         Ok(Store {
             state: RwLock::new(state),
             counts: Mutex::new(None),
             writer_id: random_u64()?,
-            geometry,
+            readers: AtomicUsize::new(0),
             seed,
             path: path.to_path_buf(),
             removed: Vec::new(),
@@ -74,8 +78,9 @@ impl Store {
             Some(s) => s,
             None => random_u64()?,
         };
-        let file = MappedFile::create(path, geometry.file_len(0))?;
-        Self::create_in(file, path, geometry, seed)
+        let layout = Layout::v2(geometry);
+        let file = MappedFile::create(path, layout.file_len(0))?;
+        Self::create_in(file, path, layout, seed)
     }
 
     /// Removes what a failed `create` made (called while its lock is held,
@@ -88,14 +93,14 @@ impl Store {
         }
     }
 
-    fn create_in(file: MappedFile, path: &Path, geometry: Geometry, seed: u64) -> Result<Store> {
+    fn create_in(file: MappedFile, path: &Path, layout: Layout, seed: u64) -> Result<Store> {
         // No store existed at this path, so a journal beside it is stale.
         if let Err(e) = remove_if_present(&crate::pager::journal_path(path), "stale journal") {
             Self::remove_made(path);
             return Err(e);
         }
         let sb = Superblock {
-            geometry,
+            layout,
             secondary_count: 0,
             flags: 0,
             seed,
@@ -105,8 +110,8 @@ impl Store {
             table_crc: 0,
         };
         let mut state = State {
-            pager: Pager::new(file, geometry, seed, path),
-            index: Index::new(Tables::new(&geometry, 0), geometry, seed),
+            pager: Pager::new(file, layout, seed, path),
+            index: Index::new(Tables::new(&layout, 0), layout, seed),
             sb: sb.clone(),
             tag_count: 0,
             feed: Feed::new(false),
@@ -157,9 +162,9 @@ impl Store {
 
     fn open_with(path: &Path, writable: bool, wait: Option<Duration>) -> Result<Store> {
         let mut file = MappedFile::open(path, writable, wait)?;
-        let sb = Superblock::decode(file.block(SUPERBLOCK_BLOCK)?)?
+        let mut sb = Superblock::decode(file.block(SUPERBLOCK_BLOCK)?)?
             .ok_or_else(|| Error::NotAStore(path.to_path_buf()))?;
-        let geo = sb.geometry;
+        let mut geo = sb.layout;
         let base = geo.file_len(0);
         if file.len() < base {
             return Err(Error::corrupt(format!(
@@ -189,6 +194,23 @@ impl Store {
             } else {
                 (overlay, blocks) = journal_images(&file, &geo, path, sb.seed)?;
             }
+            // A split commits the superblock with its blocks: take the
+            // growth state the journal left.
+            let img = match overlay.get(&SUPERBLOCK_BLOCK) {
+                Some(b) => &b[..],
+                None => file.block(SUPERBLOCK_BLOCK)?,
+            };
+            if let Some(s) = Superblock::decode(img)? {
+                sb.layout = s.layout;
+                geo = s.layout;
+            }
+        }
+        let split = match Intent::decode(file.block(INTENT_BLOCK)?) {
+            Some(i) if i.op == IntentOp::Split && !sb.clean() => Some(i.object_identity),
+            _ => None,
+        };
+        if split.is_some() && !writable {
+            return Err(Error::SplitPending(path.to_path_buf()));
         }
         let persisted = if sb.clean() && !replayed {
             recovery::read_tables(&file, &sb)
@@ -234,6 +256,9 @@ impl Store {
         };
         if writable {
             state.mark_open()?;
+            if let Some((old, level)) = split {
+                state.redo_split(old, level)?;
+            }
         }
         let mut store = Self::from_state(state, path)?;
         if writable {
@@ -276,9 +301,9 @@ impl Store {
         &self.path
     }
 
-    /// Geometry fixed at create time.
+    /// The bucket geometry now (primary buckets per half grow with the store).
     pub fn geometry(&self) -> Geometry {
-        self.geometry
+        self.read().index.geometry().geometry()
     }
 
     /// The store's hash seed.
@@ -344,6 +369,23 @@ impl Store {
     #[cfg(feature = "test-hooks")]
     pub fn set_sync_hook(&self, hook: Option<crate::pager::SyncHook>) {
         self.lock().pager.set_sync_hook(hook);
+    }
+}
+
+/// A FIND or export in progress (splits wait while any is).
+pub(crate) struct Reading<'s>(&'s AtomicUsize);
+
+impl<'s> Reading<'s> {
+    /// Registers a reader of `store` until dropped.
+    pub(crate) fn new(store: &'s Store) -> Self {
+        store.readers.fetch_add(1, Ordering::SeqCst);
+        Reading(&store.readers)
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -5,8 +5,9 @@ use crate::error::{Error, Result};
 use crate::format::hash::{key_fp, key_hash, tag_fp};
 use crate::format::tag::decode;
 use crate::format::{
-    BlockMut, Geometry, Half, Intent, IntentOp, SlotAddr, Superblock, BLOCK_SIZE, INTENT_BLOCK,
-    INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, NONE, SLOTS_PER_BLOCK,
+    BlockAt,
+    BlockMut, Layout, Half, Intent, IntentOp, SlotAddr, Superblock, BLOCK_SIZE, INTENT_BLOCK,
+    INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK,
 };
 use crate::index::{Tables, TABLE_MAGIC};
 use crate::pager::MappedFile;
@@ -19,12 +20,16 @@ use std::collections::HashMap;
 pub fn intent_redo(
     file: &MappedFile,
     overlay: &HashMap<u64, Box<[u8]>>,
-    geo: &Geometry,
+    geo: &Layout,
     seed: u64,
 ) -> Result<Vec<(u64, Box<[u8]>)>> {
     let Some(intent) = Intent::decode(file.block(INTENT_BLOCK)?) else {
         return Ok(Vec::new());
     };
+    if intent.op == IntentOp::Split {
+        // Finished on the open store (`State::redo_split`).
+        return Ok(Vec::new());
+    }
     let view = decode(&intent.tag)
         .ok_or_else(|| Error::corrupt("intent record (block 1) holds an undecodable tag"))?;
     let tfp = tag_fp(seed, &intent.tag);
@@ -46,10 +51,9 @@ pub fn intent_redo(
                 addr.slot, addr.block
             )));
         }
-        let kind = if addr.block < geo.secondary_base() {
-            KIND_PRIMARY
-        } else {
-            KIND_SECONDARY
+        let kind = match geo.block_at(addr.block) {
+            BlockAt::Secondary { .. } => KIND_SECONDARY,
+            _ => KIND_PRIMARY,
         };
         let kfp = key_fp(key_hash(seed, h, view.relationship, view.key_name(h)));
         let mut img: Box<[u8]> = match overlay.get(&addr.block) {
@@ -62,7 +66,7 @@ pub fn intent_redo(
         }
         match intent.op {
             IntentOp::Insert => b.put(addr.slot as usize, &intent.tag, kfp, tfp),
-            IntentOp::Delete => b.clear(addr.slot as usize),
+            IntentOp::Delete | IntentOp::Split => b.clear(addr.slot as usize),
         }
         b.seal();
         out.push((addr.block, img));
@@ -75,7 +79,7 @@ pub fn intent_redo(
 }
 
 /// Redoes the recorded operation in the file and clears the intent record.
-pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Result<()> {
+pub fn recover_intent(file: &mut MappedFile, geo: &Layout, seed: u64) -> Result<()> {
     // The cleared record comes last: the tag's blocks are whole before it goes.
     for (n, img) in intent_redo(file, &HashMap::new(), geo, seed)? {
         file.reserve(n * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
@@ -86,7 +90,7 @@ pub fn recover_intent(file: &mut MappedFile, geo: &Geometry, seed: u64) -> Resul
 
 /// The tables image written by the last clean close, if it is intact.
 pub fn read_tables(file: &MappedFile, sb: &Superblock) -> Option<Tables> {
-    let geo = sb.geometry;
+    let geo = sb.layout;
     let off = geo.file_len(sb.secondary_count);
     if sb.table_offset != off || off.checked_add(sb.table_len)? > file.len() {
         return None;
@@ -102,11 +106,9 @@ pub fn read_tables(file: &MappedFile, sb: &Superblock) -> Option<Tables> {
 
 /// Secondary buckets an unclean file holds: where its blocks end.
 pub fn secondary_count(file: &MappedFile, sb: &Superblock, blocks: u64) -> u32 {
-    let geo = sb.geometry;
-    let base = geo.file_len(0);
-    let sec_bytes = geo.blocks_per_secondary as u64 * BLOCK_SIZE as u64;
+    let geo = sb.layout;
     let len = (blocks * BLOCK_SIZE as u64).max(file.len());
-    let by_len = ((len - base) / sec_bytes).min(NONE as u64 - 1) as u32;
+    let by_len = geo.secondary_in(len / BLOCK_SIZE as u64);
     // An unclean superblock with a table offset was written by an
     // interrupted close: the blocks end exactly there.
     let closing = sb.table_offset != 0 && sb.table_offset == geo.file_len(sb.secondary_count);

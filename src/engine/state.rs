@@ -84,7 +84,8 @@ impl State {
             .secondary
             .iter()
             .rposition(|e| e.owner != NONE)
-            .map_or(0, |i| i + 1);
+            .map_or(0, |i| i + 1)
+            .max(geo.fixed_secondary() as usize);
         if keep < t.secondary.len() {
             t.secondary.truncate(keep);
             t.free.retain(|&s| (s as usize) < keep);

@@ -13,9 +13,9 @@ use crate::pager::Identity;
 
 /// Where one half of an INSERT will write.
 #[derive(Clone, Copy, Debug)]
-struct Plan {
-    addr: SlotAddr,
-    id: Identity,
+pub(super) struct Plan {
+    pub(super) addr: SlotAddr,
+    pub(super) id: Identity,
     sec: Option<u32>,
     new_link: bool,
 }
@@ -58,7 +58,7 @@ impl State {
     }
 
     /// Chooses the slot for one half of an INSERT; may reserve a new secondary bucket.
-    fn plan(&mut self, g: u32) -> Result<Plan> {
+    pub(super) fn plan(&mut self, g: u32) -> Result<Plan> {
         let geo = self.index.geometry();
         let pe = self.index.tables.primary[g as usize].clone();
         if pe.used < geo.primary_capacity() {
@@ -153,7 +153,7 @@ impl State {
     }
 
     /// Records a written half in the tables and accelerators.
-    fn commit_insert(&mut self, g: u32, p: &Plan, kfp: u16, th: u64) {
+    pub(super) fn commit_insert(&mut self, g: u32, p: &Plan, kfp: u16, th: u64) {
         let geo = self.index.geometry();
         let ix = &mut self.index;
         match p.sec {
@@ -189,7 +189,7 @@ impl State {
     }
 
     /// Records an erased half in the tables and accelerators.
-    fn commit_delete(&mut self, g: u32, f: &Found, th: u64) {
+    pub(super) fn commit_delete(&mut self, g: u32, f: &Found, th: u64) {
         let ix = &mut self.index;
         match f.sec {
             None => {

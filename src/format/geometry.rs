@@ -24,10 +24,11 @@ pub const NONE: u32 = u32::MAX;
 pub const DEFAULT_BLOCKS_PER_PRIMARY: u32 = 4;
 /// Default blocks per secondary bucket (64 KB: 400 slots).
 pub const DEFAULT_BLOCKS_PER_SECONDARY: u32 = 16;
-/// Default expected tag count when none is given.
-pub const DEFAULT_EXPECTED_TAGS: u64 = 1_000_000;
+/// Default expected tag count when none is given: none, the store starts
+/// with one bucket per half and grows.
+pub const DEFAULT_EXPECTED_TAGS: u64 = 0;
 /// Target mean fill of a primary bucket at the expected tag count.
-pub const TARGET_PRIMARY_FILL: f64 = 0.5;
+pub const TARGET_PRIMARY_FILL: f64 = 0.7;
 
 impl Geometry {
     /// Geometry sized for `expected_tags` with the default bucket sizes.

@@ -1,6 +1,6 @@
 //! The keyed hashes that place a tag: which primary bucket holds a key, and the fingerprints kept per slot.
 
-use super::geometry::Geometry;
+use super::layout::Layout;
 use super::tag::{used_prefix, Half, SlotBytes, SLOT_SIZE};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -20,11 +20,11 @@ impl Place {
     }
 }
 
-/// Places the key (half, relationship, name) of a store with `geo` and `seed`.
-pub fn place(geo: &Geometry, seed: u64, half: Half, relationship: &str, name: &str) -> Place {
+/// Places the key (half, relationship, name) of a store laid out as `l` with `seed`.
+pub fn place(l: &Layout, seed: u64, half: Half, relationship: &str, name: &str) -> Place {
     let hash = key_hash(seed, half, relationship, name);
     Place {
-        bucket: geo.global(half, bucket_of(hash, geo.primary_buckets_per_half)),
+        bucket: l.global(half, l.bucket_of(hash)),
         hash,
     }
 }
@@ -56,7 +56,7 @@ pub fn key_fp(h: u64) -> u16 {
     h as u16
 }
 
-/// Index of the primary bucket within a half of `buckets` buckets.
+/// Index of the primary bucket within a half of `buckets` buckets (format 1).
 pub fn bucket_of(h: u64, buckets: u32) -> u32 {
     ((h as u128 * buckets as u128) >> 64) as u32
 }

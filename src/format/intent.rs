@@ -13,6 +13,8 @@ pub enum IntentOp {
     Insert = 1,
     /// A tag being deleted from the recorded slots.
     Delete = 2,
+    /// A bucket split: `object_identity` = (bucket split, level before it).
+    Split = 3,
 }
 
 /// Slot address: block number and slot index; block `u64::MAX` means none.
@@ -84,6 +86,7 @@ impl Intent {
         let op = match b[8] {
             1 => IntentOp::Insert,
             2 => IntentOp::Delete,
+            3 => IntentOp::Split,
             _ => return None,
         };
         let mut tag = [0u8; SLOT_SIZE];

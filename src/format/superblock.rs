@@ -3,13 +3,14 @@
 use super::block::BLOCK_SIZE;
 use super::bytes::{rd32, rd64};
 use super::geometry::Geometry;
+use super::layout::{Layout, MAX_SEGMENTS};
 use super::tag::SLOT_SIZE;
 use crate::error::{Error, Result};
 
 /// File magic, the first 8 bytes of every store.
 pub const MAGIC: &[u8; 8] = b"TAGSTORE";
 /// On-disk format version written by this build.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// Block holding the superblock.
 pub const SUPERBLOCK_BLOCK: u64 = 0;
 /// First block of the primary partition.
@@ -17,11 +18,14 @@ pub const PRIMARY_BASE: u64 = 2;
 
 /// Superblock flag: the tables at `table_offset` match the blocks.
 pub const FLAG_CLEAN: u32 = 1;
+
+/// Offset of the version-2 primary segment starts (32 × u64).
+const SEG_OFF: usize = 88;
 /// Decoded superblock (block 0).
 #[derive(Clone, Debug)]
 pub struct Superblock {
     /// Bucket geometry.
-    pub geometry: Geometry,
+    pub layout: Layout,
     /// Secondary buckets in the file (valid when clean).
     pub secondary_count: u32,
     /// Flags (bit 0: clean shutdown).
@@ -48,12 +52,13 @@ impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE];
         b[0..8].copy_from_slice(MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let l = &self.layout;
+        b[8..12].copy_from_slice(&l.version.to_le_bytes());
         b[12..16].copy_from_slice(&(BLOCK_SIZE as u32).to_le_bytes());
         b[16..20].copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
-        b[20..24].copy_from_slice(&self.geometry.primary_buckets_per_half.to_le_bytes());
-        b[24..28].copy_from_slice(&self.geometry.blocks_per_primary.to_le_bytes());
-        b[28..32].copy_from_slice(&self.geometry.blocks_per_secondary.to_le_bytes());
+        b[20..24].copy_from_slice(&l.base.to_le_bytes());
+        b[24..28].copy_from_slice(&l.blocks_per_primary.to_le_bytes());
+        b[28..32].copy_from_slice(&l.blocks_per_secondary.to_le_bytes());
         b[32..36].copy_from_slice(&self.secondary_count.to_le_bytes());
         b[36..40].copy_from_slice(&self.flags.to_le_bytes());
         b[40..48].copy_from_slice(&self.seed.to_le_bytes());
@@ -61,6 +66,14 @@ impl Superblock {
         b[56..64].copy_from_slice(&self.table_offset.to_le_bytes());
         b[64..72].copy_from_slice(&self.table_len.to_le_bytes());
         b[72..76].copy_from_slice(&self.table_crc.to_le_bytes());
+        if l.version >= 2 {
+            b[76..80].copy_from_slice(&l.level.to_le_bytes());
+            b[80..84].copy_from_slice(&l.split.to_le_bytes());
+            b[84..88].copy_from_slice(&l.segments.to_le_bytes());
+            for (k, s) in l.seg_start.iter().enumerate() {
+                b[SEG_OFF + 8 * k..SEG_OFF + 8 * k + 8].copy_from_slice(&s.to_le_bytes());
+            }
+        }
         let c = crc32fast::hash(&b[..BLOCK_SIZE - 4]);
         b[BLOCK_SIZE - 4..].copy_from_slice(&c.to_le_bytes());
         b
@@ -100,8 +113,24 @@ impl Superblock {
         geometry
             .validate()
             .map_err(|e| Error::corrupt(format!("superblock geometry: {e}")))?;
+        let layout = if version == 1 {
+            Layout::v1(geometry)
+        } else {
+            let starts: Vec<u64> = (0..MAX_SEGMENTS).map(|k| rd64(b, SEG_OFF + 8 * k)).collect();
+            let segments = rd32(b, 84);
+            if segments == 0 || segments as usize > MAX_SEGMENTS {
+                return Err(Error::corrupt(format!(
+                    "superblock names {segments} primary segments"
+                )));
+            }
+            let l = Layout::build(version, geometry, rd32(b, 76), rd32(b, 80), segments, &starts);
+            if let Some(why) = l.inconsistency() {
+                return Err(Error::corrupt(format!("superblock growth state: {why}")));
+            }
+            l
+        };
         Ok(Some(Superblock {
-            geometry,
+            layout,
             secondary_count: rd32(b, 32),
             flags: rd32(b, 36),
             seed: rd64(b, 40),
@@ -120,7 +149,7 @@ mod tests {
     #[test]
     fn superblock_roundtrip_and_damage() {
         let sb = Superblock {
-            geometry: Geometry::for_expected_tags(10_000),
+            layout: Layout::v2(Geometry::for_expected_tags(10_000)),
             secondary_count: 3,
             flags: FLAG_CLEAN,
             seed: 42,
@@ -131,17 +160,17 @@ mod tests {
         };
         let img = sb.encode();
         let back = Superblock::decode(&img).expect("ok").expect("ours");
-        assert_eq!(back.geometry, sb.geometry);
+        assert_eq!(back.layout, sb.layout);
         assert_eq!(back.seed, 42);
         assert!(back.clean());
         let mut bad = img.clone();
         bad[41] ^= 0x10;
         assert!(matches!(Superblock::decode(&bad), Err(Error::Corrupt(_))));
         let mut newer = img.clone();
-        newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+        newer[8..12].copy_from_slice(&3u32.to_le_bytes());
         assert!(matches!(
             Superblock::decode(&newer),
-            Err(Error::UnsupportedVersion { found: 2, .. })
+            Err(Error::UnsupportedVersion { found: 3, .. })
         ));
         assert!(Superblock::decode(&[0u8; BLOCK_SIZE])
             .expect("ok")
@@ -160,7 +189,7 @@ mod tests {
         };
         assert!(g.validate_new().is_err(), "too large for a new store");
         let sb = Superblock {
-            geometry: g,
+            layout: Layout::v1(g),
             secondary_count: 0,
             flags: 0,
             seed: 1,
@@ -172,6 +201,6 @@ mod tests {
         let back = Superblock::decode(&sb.encode())
             .expect("decodes")
             .expect("ours");
-        assert_eq!(back.geometry, g);
+        assert_eq!(back.layout.geometry(), g);
     }
 }

@@ -19,7 +19,7 @@ use super::tables::Tables;
 use crate::error::Result;
 use crate::format::hash::tag_hash;
 use crate::format::tag::used_prefix;
-use crate::format::{BlockRef, Geometry};
+use crate::format::{BlockRef, Layout};
 use crate::pager::Pager;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -101,7 +101,7 @@ impl ChainIndex {
     }
 
     /// Records that block `i` of bucket `s` now holds key fingerprint `fp`.
-    pub fn note(&mut self, s: u32, i: u32, fp: u16, geo: &Geometry) {
+    pub fn note(&mut self, s: u32, i: u32, fp: u16, geo: &Layout) {
         let bit = 1u64 << (i / group_size(geo.blocks_per_secondary)).min(63);
         let v = self.by_fp.entry(fp).or_default();
         // Inserts mostly go to the chain's tail, already last in the list.
@@ -120,7 +120,7 @@ impl ChainIndex {
 fn for_each_secondary_slot<'b>(
     g: u32,
     t: &Tables,
-    geo: &Geometry,
+    geo: &Layout,
     pager: &'b Pager,
     mut f: impl FnMut(u32, u32, &BlockRef<'b>, usize),
 ) -> Result<()> {
@@ -164,7 +164,7 @@ impl Accel {
     }
 
     /// Blocks of primary bucket `g` worth reading, learning it if unknown.
-    pub fn extent(&self, g: u32, geo: &Geometry, pager: &Pager) -> Result<u32> {
+    pub fn extent(&self, g: u32, geo: &Layout, pager: &Pager) -> Result<u32> {
         let Some(cell) = self.extent.get(g as usize) else {
             return Ok(geo.blocks_per_primary);
         };
@@ -183,6 +183,19 @@ impl Accel {
             cell.store(v, Ordering::Relaxed);
         }
         Ok(n)
+    }
+
+    /// Adds never-written primary buckets up to `primary` (a split made them).
+    pub fn grow(&mut self, primary: u32) {
+        while self.extent.len() < primary as usize {
+            self.extent.push(AtomicU8::new(1));
+        }
+    }
+
+    /// Drops what is known of chain `g` (a split moved its tags away).
+    pub fn forget_chain(&mut self, g: u32) {
+        let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
+        chains.remove(&g);
     }
 
     /// Blocks of primary bucket `g` worth reading, if already known.
@@ -209,7 +222,7 @@ impl Accel {
     /// Records that block `i` of secondary bucket `s` of chain `g` holds a
     /// tag with key fingerprint `fp` and tag hash `th` (caller holds the
     /// write lock).
-    pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, th: u64, geo: &Geometry) {
+    pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, th: u64, geo: &Layout) {
         let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(ci) = chains.get_mut(&g) {
             ci.note(s, i, fp, geo);
@@ -235,7 +248,7 @@ impl Accel {
         g: u32,
         th: u64,
         t: &Tables,
-        geo: &Geometry,
+        geo: &Layout,
         seed: u64,
         pager: &Pager,
     ) -> Result<TagHint> {
@@ -276,7 +289,7 @@ impl Accel {
         &self,
         g: u32,
         t: &Tables,
-        geo: &Geometry,
+        geo: &Layout,
         pager: &Pager,
         f: impl FnOnce(&ChainIndex) -> R,
     ) -> Result<Option<R>> {

@@ -3,7 +3,7 @@
 use super::tables::{PrimaryEntry, Tables};
 use crate::error::{Error, Result};
 use crate::format::bytes::rd32;
-use crate::format::{Geometry, NONE};
+use crate::format::{Layout, NONE};
 
 /// Magic at the start of a persisted table image.
 pub const TABLE_MAGIC: &[u8; 8] = b"TSTABLE1";
@@ -36,7 +36,7 @@ impl Tables {
     }
 
     /// Parses a table image and checks it against the geometry.
-    pub fn decode(b: &[u8], geometry: &Geometry, secondary: u32) -> Result<Tables> {
+    pub fn decode(b: &[u8], geometry: &Layout, secondary: u32) -> Result<Tables> {
         let bad = |m: &str| Error::corrupt(format!("persisted bucket tables: {m}"));
         if b.len() < 16 || &b[..8] != TABLE_MAGIC {
             return Err(bad("bad magic"));
@@ -89,7 +89,7 @@ mod tests {
 
     #[test]
     fn image_roundtrip_and_damage() {
-        let g = Geometry::for_expected_tags(1000);
+        let g = Layout::v2(crate::Geometry::for_expected_tags(1000));
         let mut t = Tables::new(&g, 3);
         t.primary[1] = PrimaryEntry {
             used: 100,

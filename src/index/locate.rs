@@ -5,7 +5,7 @@ use super::accel::TagHint;
 use super::{filter_has, ChainWalk, Index};
 use crate::error::Result;
 use crate::format::hash::fp_of_tag_hash;
-use crate::format::{SlotAddr, SlotBytes};
+use crate::format::{BlockAt, SlotAddr, SlotBytes};
 use crate::pager::Pager;
 
 /// Where a tag was found in one half.
@@ -20,9 +20,10 @@ pub struct Found {
 impl Index {
     /// The secondary bucket holding block `b` (`None` for a primary block).
     fn secondary_of(&self, b: u64) -> Option<u32> {
-        let geo = self.geometry();
-        (b >= geo.secondary_base())
-            .then(|| ((b - geo.secondary_base()) / geo.blocks_per_secondary as u64) as u32)
+        match self.geometry().block_at(b) {
+            BlockAt::Secondary { s, .. } => Some(s),
+            _ => None,
+        }
     }
 
     /// The slot of block `b` holding the encoded tag, if any.

@@ -15,7 +15,7 @@ pub use locate::Found;
 pub use tables::{filter_add, filter_has, SecondaryEntry, Tables};
 pub use walk::ChainWalk;
 
-use crate::format::{prefetch_val, Geometry, NONE};
+use crate::format::{prefetch_val, Layout, NONE};
 use crate::pager::Pager;
 
 /// The bucket tables and accelerators of one open store.
@@ -27,13 +27,13 @@ pub struct Index {
     /// Per primary bucket: a secondary bucket of its chain such that all
     /// earlier ones are full (NONE: start at the head). Speeds INSERT on peaks.
     pub open_hint: Vec<u32>,
-    geo: Geometry,
+    geo: Layout,
     seed: u64,
 }
 
 impl Index {
     /// An index over `tables` of a store with geometry `geo` and hash `seed`.
-    pub fn new(tables: Tables, geo: Geometry, seed: u64) -> Index {
+    pub fn new(tables: Tables, geo: Layout, seed: u64) -> Index {
         // Empty buckets need no extent learning (see `Accel::new`).
         let accel = Accel::new(geo.primary_buckets(), |g| {
             tables.primary.get(g as usize).is_some_and(|e| e.used == 0)
@@ -48,8 +48,18 @@ impl Index {
     }
 
     /// The geometry the index was built for.
-    pub fn geometry(&self) -> Geometry {
+    pub fn geometry(&self) -> Layout {
         self.geo
+    }
+
+    /// Takes the layout after a split: tables, accelerators and hints
+    /// gain the new buckets (never written, empty).
+    pub fn set_layout(&mut self, l: Layout) {
+        let n = l.primary_buckets();
+        self.tables.grow_primary(n);
+        self.accel.grow(n);
+        self.open_hint.resize(n as usize, NONE);
+        self.geo = l;
     }
 
     /// The store's hash seed.
@@ -59,7 +69,9 @@ impl Index {
 
     /// Tags in one half (each tag is in both), from the tables.
     pub fn count_half(&self) -> u64 {
-        (0..self.geo.primary_buckets_per_half)
+        let (first, end, step) = self.geo.object_half();
+        (first..end)
+            .step_by(step as usize)
             .map(|g| self.tables.chain_load(g))
             .sum()
     }

@@ -2,7 +2,7 @@
 
 use super::tables::{filter_add, Tables};
 use crate::error::{Error, Result};
-use crate::format::{BlockRef, Geometry, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY, NONE};
+use crate::format::{BlockRef, Layout, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY, NONE};
 use crate::pager::Pager;
 
 fn checksum(b: u64) -> Error {
@@ -14,7 +14,7 @@ fn checksum(b: u64) -> Error {
 
 impl Tables {
     /// Rebuilds the tables by reading every block (checksums verified).
-    pub fn rebuild(pager: &Pager, geometry: &Geometry, secondary: u32) -> Result<Tables> {
+    pub fn rebuild(pager: &Pager, geometry: &Layout, secondary: u32) -> Result<Tables> {
         // One ascending pass over the whole file, in large reads.
         let mut reader = pager.seq_reader();
         let mut t = Tables::new(geometry, secondary);

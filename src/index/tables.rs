@@ -6,7 +6,7 @@
 //! from block headers after an unclean one ([`Tables::rebuild`]).
 
 use crate::error::{Error, Result};
-use crate::format::{Geometry, NONE};
+use crate::format::{Layout, NONE};
 use std::collections::BTreeSet;
 
 /// One primary bucket.
@@ -80,7 +80,7 @@ pub struct Tables {
 
 impl Tables {
     /// Empty tables for a new store.
-    pub fn new(geometry: &Geometry, secondary: u32) -> Self {
+    pub fn new(geometry: &Layout, secondary: u32) -> Self {
         let primary = vec![
             PrimaryEntry {
                 used: 0,
@@ -98,6 +98,18 @@ impl Tables {
     }
 
     /// The secondary buckets of primary bucket `g`'s chain, in order.
+    pub fn grow_primary(&mut self, primary: u32) {
+        self.primary.resize(
+            primary as usize,
+            PrimaryEntry {
+                used: 0,
+                head: NONE,
+                tail: NONE,
+                chain: 0,
+            },
+        );
+    }
+
     pub fn chain(&self, g: u32) -> Chain<'_> {
         self.chain_from(self.primary.get(g as usize).map_or(NONE, |e| e.head))
     }
@@ -118,7 +130,7 @@ impl Tables {
     }
 
     /// Checks that every chain is well formed (no cycles, owners agree).
-    pub fn validate_links(&self, geometry: &Geometry) -> Result<()> {
+    pub fn validate_links(&self, geometry: &Layout) -> Result<()> {
         let (pc, sc) = (geometry.primary_capacity(), geometry.secondary_capacity());
         let mut seen = vec![false; self.secondary.len()];
         for (g, p) in self.primary.iter().enumerate() {

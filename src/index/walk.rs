@@ -29,6 +29,7 @@ enum Pos {
 pub struct ChainWalk {
     g: u32,
     g_end: u32,
+    step: u32,
     pos: Pos,
     fp: Option<u16>,
 }
@@ -37,8 +38,19 @@ impl ChainWalk {
     /// A walk over the chains of primary buckets `g..g_end`, for key
     /// fingerprint `fp` (`None`: every block).
     pub fn new(g: u32, g_end: u32, fp: Option<u16>) -> Self {
+        Self::every(g, g_end, 1, fp)
+    }
+
+    /// A walk over the chains of every `step`-th primary bucket in `g..g_end`.
+    pub fn every(g: u32, g_end: u32, step: u32, fp: Option<u16>) -> Self {
         let pos = if g < g_end { Pos::Start } else { Pos::Done };
-        ChainWalk { g, g_end, pos, fp }
+        ChainWalk {
+            g,
+            g_end,
+            step: step.max(1),
+            pos,
+            fp,
+        }
     }
 
     /// True when no block is left.
@@ -154,7 +166,7 @@ impl ChainWalk {
     }
 
     fn next_chain(&mut self) -> Pos {
-        self.g += 1;
+        self.g = self.g.saturating_add(self.step);
         if self.g < self.g_end {
             Pos::Start
         } else {

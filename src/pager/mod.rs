@@ -22,7 +22,7 @@ pub use replay::{journal_images, journal_pending, replay_journal};
 pub use write::Identity;
 
 use crate::error::{Error, Result};
-use crate::format::{prefetch, BlockRef, Geometry, BLOCK_SIZE};
+use crate::format::{prefetch, BlockRef, Layout, BLOCK_SIZE};
 use journal::Journal;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Reads and writes the blocks of one open store file.
 pub struct Pager {
     file: MappedFile,
-    geo: Geometry,
+    geo: Layout,
     seed: u64,
     store_path: PathBuf,
     /// One bit per block: its checksum was verified since open.
@@ -58,7 +58,7 @@ fn verified_len(file_len: u64) -> usize {
 
 impl Pager {
     /// A pager over `file`, a store with geometry `geo` and hash `seed` at `store_path`.
-    pub fn new(file: MappedFile, geo: Geometry, seed: u64, store_path: &Path) -> Pager {
+    pub fn new(file: MappedFile, geo: Layout, seed: u64, store_path: &Path) -> Pager {
         Pager {
             verified: (0..verified_len(file.len()))
                 .map(|_| AtomicU64::new(0))
@@ -158,12 +158,22 @@ impl Pager {
         }
     }
 
+    /// Takes the layout after a split or a new segment.
+    pub fn set_layout(&mut self, l: Layout) {
+        self.geo = l;
+    }
+
     /// Sets the file length (growing or shrinking the secondary partition).
     pub fn set_len(&mut self, len: u64) -> Result<()> {
         self.file.set_len(len)?;
         self.verified
             .resize_with(verified_len(self.file.len()), || AtomicU64::new(0));
         Ok(())
+    }
+
+    /// Makes the handle unusable until reopened (an operation failed halfway).
+    pub fn poison(&mut self) {
+        self.poisoned = true;
     }
 
     /// True once a failed write has made the handle unusable.

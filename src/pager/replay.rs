@@ -2,9 +2,10 @@
 //! file, or (a read-only open) kept in memory over it.
 
 use super::file::MappedFile;
-use super::journal::{journal_path, Journal};
+use super::journal::{journal_path, Commit, Journal};
 use crate::error::{Error, Result};
-use crate::format::{BlockRef, Geometry, BLOCK_SIZE, NONE};
+use crate::format::superblock::PRIMARY_BASE;
+use crate::format::{BlockRef, Layout, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -16,53 +17,65 @@ pub fn journal_pending(path: &Path) -> bool {
     std::fs::metadata(journal_path(path)).is_ok_and(|m| m.len() > 0)
 }
 
-/// Checks a journaled image of block `n`; returns the file length it needs
-/// when it lies past `file_len` (a secondary bucket linked after the last checkpoint).
-fn check_image(
-    n: u64,
-    img: &[u8],
-    geo: &Geometry,
-    path: &Path,
-    file_len: u64,
-) -> Result<Option<u64>> {
-    if n < geo.primary_start(0) || !BlockRef(img).crc_ok() {
+/// Checks a journaled image of block `n`: a superblock for block 0, a
+/// block with a valid checksum for any data block; never the intent block.
+fn check_image(n: u64, img: &[u8], path: &Path) -> Result<()> {
+    let ok = if n == SUPERBLOCK_BLOCK {
+        matches!(Superblock::decode(img), Ok(Some(_)))
+    } else {
+        n >= PRIMARY_BASE && BlockRef(img).crc_ok()
+    };
+    if !ok {
         return Err(Error::corrupt(format!(
             "journal {}: commit holds a bad image for block {n}",
             journal_path(path).display()
         )));
     }
-    if (n + 1) * BLOCK_SIZE as u64 <= file_len {
-        return Ok(None);
+    Ok(())
+}
+
+/// The layout once the journal is replayed (its last superblock image's,
+/// else `geo`) and the file length its images need: blocks past the end
+/// are buckets or segments linked after the last checkpoint.
+fn needed_len(commits: &[Commit], geo: &Layout, path: &Path, file_len: u64) -> Result<u64> {
+    let mut layout = *geo;
+    let mut top = 0u64;
+    for c in commits {
+        for (n, img) in &c.blocks {
+            check_image(*n, img, path)?;
+            if *n == SUPERBLOCK_BLOCK {
+                if let Ok(Some(sb)) = Superblock::decode(img) {
+                    layout = sb.layout;
+                }
+            }
+            top = top.max(n + 1);
+        }
     }
-    let base = geo.secondary_base();
-    if n < base {
+    if top > u64::MAX / BLOCK_SIZE as u64 / 4 {
         return Err(Error::corrupt(format!(
-            "journal names primary block {n} beyond the end of the file"
+            "journal names impossible block {}",
+            top - 1
         )));
     }
-    let s = (n - base) / geo.blocks_per_secondary as u64;
-    let s = u32::try_from(s + 1)
-        .ok()
-        .filter(|&s| s < NONE)
-        .ok_or_else(|| Error::corrupt(format!("journal names impossible block {n}")))?;
-    Ok(Some(geo.file_len(s)))
+    Ok(file_len.max(layout.len_covering(top)))
 }
 
 /// Replays every complete commit of the journal into the store file, then
 /// flushes the file and empties the journal. Returns the commits replayed.
 pub fn replay_journal(
     file: &mut MappedFile,
-    geo: &Geometry,
+    geo: &Layout,
     path: &Path,
     seed: u64,
 ) -> Result<usize> {
     let mut j = Journal::open(path, seed)?;
     let commits = j.read_commits()?;
+    let len = needed_len(&commits, geo, path, file.len())?;
+    if len > file.len() {
+        file.set_len(len)?;
+    }
     for c in &commits {
         for (n, img) in &c.blocks {
-            if let Some(len) = check_image(*n, img, geo, path, file.len())? {
-                file.set_len(len)?;
-            }
             file.reserve(n * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
             file.block_mut(*n)?.copy_from_slice(img);
         }
@@ -78,7 +91,7 @@ pub fn replay_journal(
 /// store then holds.
 pub fn journal_images(
     file: &MappedFile,
-    geo: &Geometry,
+    geo: &Layout,
     path: &Path,
     seed: u64,
 ) -> Result<(Images, u64)> {
@@ -87,11 +100,10 @@ pub fn journal_images(
     let Some(mut j) = Journal::open_read_only(path, seed)? else {
         return Ok((images, len / BLOCK_SIZE as u64));
     };
-    for c in j.read_commits()? {
+    let commits = j.read_commits()?;
+    len = needed_len(&commits, geo, path, len)?;
+    for c in commits {
         for (n, img) in c.blocks {
-            if let Some(l) = check_image(n, &img, geo, path, len)? {
-                len = len.max(l);
-            }
             images.insert(n, img.into_boxed_slice());
         }
     }

@@ -2,13 +2,24 @@
 
 use super::Pager;
 use crate::error::Result;
-use crate::format::BLOCK_SIZE;
+use crate::format::{BlockAt, BLOCK_SIZE};
 
 impl Pager {
     /// Backs block `b` with disk space before anything reads or writes it
     /// through the map, so a full disk is an error here and never a SIGBUS.
     /// `fresh`: the block (or, in the secondary partition, its whole bucket)
     /// is known never written, so it may be zero-filled instead.
+    /// Marks `n` blocks from `first` as backed (they hold data already).
+    pub fn mark_reserved(&mut self, first: u64, n: u64) {
+        for x in first..first + n {
+            let w = (x / 64) as usize;
+            if self.reserved.len() <= w {
+                self.reserved.resize(w + 1, 0);
+            }
+            self.reserved[w] |= 1u64 << (x % 64);
+        }
+    }
+
     pub fn ensure_reserved(&mut self, b: u64, fresh: bool) -> Result<()> {
         let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
         if self.reserved.get(w).is_some_and(|x| x & bit != 0) {
@@ -17,12 +28,9 @@ impl Pager {
         // A secondary bucket fills block after block: back all of it at once
         // (one extent, one call), but only the block asked for in a primary
         // bucket, whose later blocks may never be written.
-        let geo = self.geo;
-        let (first, n) = if b >= geo.secondary_base() {
-            let per = geo.blocks_per_secondary as u64;
-            (b - (b - geo.secondary_base()) % per, per)
-        } else {
-            (b, 1)
+        let (first, n) = match self.geo.block_at(b) {
+            BlockAt::Secondary { i, .. } => (b - i as u64, self.geo.blocks_per_secondary as u64),
+            _ => (b, 1),
         };
         let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
         if fresh {

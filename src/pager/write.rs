@@ -76,6 +76,24 @@ impl Pager {
         Ok(())
     }
 
+    /// Zeroes block `n` (a secondary bucket given back to the free list).
+    pub fn zero_block(&mut self, n: u64) -> Result<()> {
+        self.tick()?;
+        self.block_for_write(n)?.fill(0);
+        self.mark_verified(n);
+        Ok(())
+    }
+
+    /// Writes the superblock as part of the changes in flight: through the
+    /// map without a flush (mapped mode: a process crash keeps it, and the
+    /// intent record says what to redo), or into the next journal commit.
+    pub fn log_superblock(&mut self, sb: &Superblock) -> Result<()> {
+        self.tick()?;
+        let img = sb.encode();
+        self.block_for_write(SUPERBLOCK_BLOCK)?.copy_from_slice(&img);
+        Ok(())
+    }
+
     /// Writes the superblock and flushes the file.
     pub fn write_superblock(&mut self, sb: &Superblock) -> Result<()> {
         let img = sb.encode();

@@ -55,9 +55,10 @@ enum Cmd {
     Create {
         /// Store file to create (must not exist).
         store: PathBuf,
-        /// Tags the store should hold comfortably; sizes the primary buckets.
-        #[arg(long, default_value_t = 1_000_000)]
-        expected_tags: u64,
+        /// Tags the store will hold, if known: pre-sizes the primary buckets
+        /// (default: start small and grow as tags arrive).
+        #[arg(long)]
+        expected_tags: Option<u64>,
         #[command(flatten)]
         buckets: Buckets,
         /// Hash seed (default: random; fix it only for reproducible images).
@@ -128,9 +129,14 @@ enum Cmd {
     Maintain {
         /// Store file (must not be open elsewhere).
         store: PathBuf,
-        /// Re-hash for this many tags (keeps the bucket sizes unless given).
+        /// Re-hash for this many tags (default: the live tag count; keeps
+        /// the bucket sizes unless given).
         #[arg(long)]
         expected_tags: Option<u64>,
+        /// Keep the current primary bucket count instead of re-sizing for
+        /// the live tags.
+        #[arg(long, conflicts_with = "expected_tags")]
+        keep_buckets: bool,
         #[command(flatten)]
         buckets: Buckets,
         /// Print the before/after summary as JSON.
@@ -314,7 +320,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
         } => {
             buckets.check("create")?;
             let opts = CreateOptions {
-                expected_tags,
+                expected_tags: expected_tags.unwrap_or(0),
                 primary_buckets_per_half: buckets.primary_buckets,
                 blocks_per_primary: buckets.blocks_per_primary,
                 blocks_per_secondary: buckets.blocks_per_secondary,
@@ -425,29 +431,35 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
         Cmd::Maintain {
             store,
             expected_tags,
+            keep_buckets,
             buckets,
             json,
         } => {
             buckets.check("maintain")?;
-            let cur = open_ro(&store)?.geometry();
+            let (cur, live) = {
+                let s = open_ro(&store)?;
+                (s.geometry(), s.len())
+            };
             let bp = buckets.blocks_per_primary.unwrap_or(cur.blocks_per_primary);
             let bs = buckets
                 .blocks_per_secondary
                 .unwrap_or(cur.blocks_per_secondary);
             let mut g = match expected_tags {
                 Some(n) => Geometry::sized(n, bp, bs),
-                None => Geometry {
+                None if keep_buckets => Geometry {
                     blocks_per_primary: bp,
                     blocks_per_secondary: bs,
                     ..cur
                 },
+                None => Geometry::sized(live, bp, bs),
             };
             if let Some(p) = buckets.primary_buckets {
                 g.primary_buckets_per_half = p;
             }
             let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
             let opts = tagstore::MaintainOptions {
-                geometry: (g != cur).then_some(g),
+                geometry: Some(g),
+                keep_geometry: keep_buckets,
                 wait: wait(),
             };
             let r = Store::maintain(&store, &opts, |done, total| {

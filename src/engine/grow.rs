@@ -1,0 +1,234 @@
+//! Online growth (format 2): linear hashing splits one primary bucket of
+//! each half at a time, moving the tags whose key now hashes to the new
+//! bucket, so the store sizes itself with no stop-the-world re-hash.
+
+use super::state::State;
+use crate::error::{Error, Result};
+use crate::format::hash::{key_hash, tag_hash};
+use crate::format::tag::{decode, used_prefix};
+use crate::format::{BlockAt, Half, Intent, IntentOp, SlotAddr, SlotBytes, BLOCK_SIZE, NONE};
+use crate::index::{ChainWalk, Found};
+use std::collections::HashSet;
+
+/// Mean primary fill (tags per half ÷ primary slots per half) past which
+/// an INSERT splits a bucket.
+pub const SPLIT_FILL: f64 = 0.75;
+
+/// Most splits one INSERT makes (splits postponed while readers stream
+/// results are caught up a few at a time).
+const SPLITS_PER_CALL: usize = 4;
+
+/// One tag on its way to the new bucket.
+struct Moving {
+    from: Found,
+    slot: SlotBytes,
+    kfp: u16,
+    tfp: u8,
+    th: u64,
+}
+
+impl State {
+    /// Splits buckets while the store is fuller than [`SPLIT_FILL`];
+    /// `readers` is the number of FINDs streaming results (splits wait for none).
+    pub fn grow(&mut self, readers: usize) -> Result<()> {
+        for _ in 0..SPLITS_PER_CALL {
+            let l = self.index.geometry();
+            let cap = l.buckets_per_half() as f64 * l.primary_capacity() as f64;
+            if !l.grows() || readers != 0 || (self.tag_count as f64) <= SPLIT_FILL * cap {
+                return Ok(());
+            }
+            if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF {
+                return Ok(());
+            }
+            self.split_next()?;
+        }
+        Ok(())
+    }
+
+    /// Splits the bucket at the split pointer in both halves.
+    fn split_next(&mut self) -> Result<()> {
+        let mut l = self.index.geometry();
+        if l.split_needs_segment() {
+            // The new segment goes at the end of the file, and the
+            // superblock names it before any of its blocks is written.
+            let sec = self.index.tables.secondary.len() as u32;
+            let start = l.file_len(sec) / BLOCK_SIZE as u64;
+            l.add_segment(start);
+            self.pager.set_len(l.file_len(sec))?;
+            self.set_layout(l)?;
+        }
+        let (old, _) = l.next_split();
+        self.pager.write_intent(&Intent {
+            op: IntentOp::Split,
+            object_slot: SlotAddr::NONE,
+            subject_slot: SlotAddr::NONE,
+            object_identity: (old, l.level),
+            subject_identity: (0, 0),
+            tag: [0; crate::format::tag::SLOT_SIZE],
+        })?;
+        let level = l.level;
+        l.advance_split();
+        self.set_layout(l)?;
+        self.move_split(old, level, false)?;
+        self.pager.clear_intent()
+    }
+
+    /// Records layout `l` in the superblock (logged with the changes in
+    /// flight) and in the pager and index.
+    fn set_layout(&mut self, l: crate::format::Layout) -> Result<()> {
+        let mut sb = self.sb.clone();
+        sb.layout = l;
+        self.pager.set_layout(l);
+        self.index.set_layout(l);
+        self.pager.log_superblock(&sb)?;
+        self.sb = sb;
+        Ok(())
+    }
+
+    /// Finishes a split interrupted by a crash (the intent record names
+    /// the bucket): advances the split pointer if the superblock does not
+    /// yet, then moves what is left to move. Every step is idempotent.
+    pub fn redo_split(&mut self, old: u32, level: u32) -> Result<()> {
+        let mut l = self.index.geometry();
+        if l.level == level && l.split == old {
+            if l.split_needs_segment() {
+                let sec = self.index.tables.secondary.len() as u32;
+                l.add_segment(l.file_len(sec) / BLOCK_SIZE as u64);
+                self.pager.set_len(l.file_len(sec))?;
+            }
+            l.advance_split();
+            self.set_layout(l)?;
+        }
+        self.move_split(old, level, true)?;
+        self.pager.clear_intent()
+    }
+
+    /// Moves, in both halves, every tag of bucket `old`'s chain whose key
+    /// now hashes to the bucket split from it. With `redo`, a tag the new
+    /// chain already holds is only removed from the old one.
+    fn move_split(&mut self, old: u32, level: u32, redo: bool) -> Result<()> {
+        let l = self.index.geometry();
+        let seed = self.index.seed();
+        let new = old + (l.base << level);
+        for h in Half::BOTH {
+            let (go, gn) = (l.global(h, old), l.global(h, new));
+            let moving = self.collect_moving(go, h, new, seed)?;
+            let present = if redo {
+                self.chain_slots(gn)?
+            } else {
+                HashSet::new()
+            };
+            for m in &moving {
+                if !present.contains(&m.slot) {
+                    let plan = self.plan(gn)?;
+                    self.pager.put_slot(plan.addr, plan.id, &m.slot, m.kfp, m.tfp)?;
+                    self.commit_insert(gn, &plan, m.kfp, m.th);
+                }
+                self.pager.clear_slot(m.from.addr)?;
+                self.commit_delete(go, &m.from, m.th);
+            }
+            if !moving.is_empty() {
+                self.index.accel.forget_chain(go);
+                self.index.open_hint[go as usize] = NONE;
+                self.unlink_empty_tail(go)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tags of chain `g` (half `h`) whose key hashes to bucket `new`.
+    fn collect_moving(&self, g: u32, h: Half, new: u32, seed: u64) -> Result<Vec<Moving>> {
+        let l = self.index.geometry();
+        let mut out = Vec::new();
+        let mut walk = ChainWalk::new(g, g + 1, None);
+        while let Some(b) = walk.next_block(&self.index, &self.pager)? {
+            let blk = self.pager.block(b)?;
+            let sec = match l.block_at(b) {
+                BlockAt::Secondary { s, .. } => Some(s),
+                _ => None,
+            };
+            for i in blk.occupied_slots() {
+                let slot: SlotBytes = blk
+                    .slot(i)
+                    .try_into()
+                    .map_err(|_| Error::corrupt(format!("block {b}: short slot {i}")))?;
+                let v = decode(&slot).ok_or_else(|| {
+                    Error::corrupt(format!("block {b}, slot {i}: does not decode as a tag"))
+                })?;
+                let kh = key_hash(seed, h, v.relationship, v.key_name(h));
+                if l.bucket_of(kh) != new {
+                    continue;
+                }
+                out.push(Moving {
+                    from: Found {
+                        addr: SlotAddr {
+                            block: b,
+                            slot: i as u32,
+                        },
+                        sec,
+                    },
+                    slot,
+                    kfp: blk.key_fp(i),
+                    tfp: blk.tag_fp(i),
+                    th: tag_hash(seed, used_prefix(&slot)),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every tag chain `g` holds (a redone split's new chain).
+    fn chain_slots(&self, g: u32) -> Result<HashSet<SlotBytes>> {
+        let mut out = HashSet::new();
+        let mut walk = ChainWalk::new(g, g + 1, None);
+        while let Some(b) = walk.next_block(&self.index, &self.pager)? {
+            let blk = self.pager.block(b)?;
+            for i in blk.occupied_slots() {
+                if let Ok(s) = SlotBytes::try_from(blk.slot(i)) {
+                    out.insert(s);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Gives back the empty secondary buckets at the end of chain `g`
+    /// (a split moved their tags away): zeroed, unlinked, free again.
+    fn unlink_empty_tail(&mut self, g: u32) -> Result<()> {
+        let l = self.index.geometry();
+        loop {
+            let pe = self.index.tables.primary[g as usize].clone();
+            let s = pe.tail;
+            if s == NONE || self.index.tables.secondary[s as usize].used != 0 {
+                return Ok(());
+            }
+            let first = l.secondary_start(s);
+            for b in first..first + l.blocks_per_secondary as u64 {
+                if !self.pager.block(b)?.is_unwritten() {
+                    self.pager.zero_block(b)?;
+                }
+            }
+            // Backed already: a later link must not zero-fill it again
+            // around the journal.
+            self.pager.mark_reserved(first, l.blocks_per_secondary as u64);
+            let prev = self
+                .index
+                .tables
+                .chain(g)
+                .take_while(|&(x, _)| x != s)
+                .last()
+                .map_or(NONE, |(x, _)| x);
+            let t = &mut self.index.tables;
+            if prev == NONE {
+                t.primary[g as usize].head = NONE;
+            } else {
+                t.secondary[prev as usize].next = NONE;
+            }
+            let pe = &mut t.primary[g as usize];
+            pe.tail = prev;
+            pe.chain = pe.chain.saturating_sub(1);
+            t.secondary[s as usize] = crate::index::SecondaryEntry::free();
+            t.free.insert(s);
+        }
+    }
+}
