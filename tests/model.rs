@@ -557,10 +557,12 @@ fn store_matches_btreeset_model() {
     }
 }
 
-/// A hand-written sequence that must overflow a one-bucket store into a
-/// chain, so the property test's geometry is known to reach secondary buckets.
+/// A hand-written sequence on a store that starts with one bucket per half:
+/// the store must split buckets as it fills, and a key with more tags than a
+/// primary bucket holds must still overflow into a chain, so the property
+/// test's geometry is known to reach both splits and secondary buckets.
 #[test]
-fn tiny_geometry_overflows_into_chains() {
+fn tiny_geometry_splits_and_overflows_into_chains() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("chain.tags");
     let opts = CreateOptions {
@@ -572,20 +574,30 @@ fn tiny_geometry_overflows_into_chains() {
     };
     let store = Store::create(&path, &opts).expect("create");
     let mut model = BTreeSet::new();
-    for o in OBJECTS {
-        for s in SUBJECTS {
-            let t = Tag::new(*o, "isa", *s);
-            assert!(store.insert(&t).expect("insert"));
-            model.insert(t);
-        }
+    let mut tags: Vec<Tag> = OBJECTS
+        .iter()
+        .flat_map(|o| SUBJECTS.iter().map(move |s| Tag::new(*o, "isa", *s)))
+        .collect();
+    // One object with 60 subjects: 35 more than its primary bucket holds.
+    tags.extend((0..60).map(|i| Tag::new("peak", "isa", format!("s{i}"))));
+    for t in tags {
+        assert!(store.insert(&t).expect("insert"));
+        model.insert(t);
     }
     let st = store.stats().expect("stats");
     assert!(
-        st.secondary_linked >= 2 * (model.len() as u64 / 25 - 1),
-        "{} tags in one bucket per half should link secondary buckets, stats say {}",
+        st.geometry.primary_buckets_per_half > 1,
+        "{} tags should have split the one bucket per half, stats say {:?}",
         model.len(),
+        st.geometry
+    );
+    assert!(
+        st.secondary_linked >= 2,
+        "a 60-tag key should link two 25-slot secondary buckets, stats say {}",
         st.secondary_linked
     );
-    check_everything(&store, &model, "filling one bucket");
+    check_everything(&store, &model, "splitting and filling buckets");
     store.close().expect("close");
+    let store = Store::open(&path).expect("reopen");
+    check_everything(&store, &model, "after a clean reopen");
 }

@@ -9,6 +9,7 @@ use crate::format::tag::{decode, used_prefix};
 use crate::format::{BlockAt, Half, Intent, IntentOp, SlotAddr, SlotBytes, BLOCK_SIZE, NONE};
 use crate::index::{ChainWalk, Found};
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 
 /// Mean primary fill (tags per half ÷ primary slots per half) past which
 /// an INSERT splits a bucket.
@@ -28,21 +29,26 @@ struct Moving {
 }
 
 impl State {
-    /// Splits buckets while the store is fuller than [`SPLIT_FILL`];
-    /// `readers` is the number of FINDs streaming results (splits wait for none).
-    pub fn grow(&mut self, readers: usize) -> Result<()> {
+    /// Splits buckets while one more tag would make the store fuller than
+    /// [`SPLIT_FILL`], unless FINDs are streaming results (splits wait for
+    /// none). True if any bucket split.
+    pub fn grow(&mut self) -> Result<bool> {
+        let mut split = false;
         for _ in 0..SPLITS_PER_CALL {
             let l = self.index.geometry();
             let cap = l.buckets_per_half() as f64 * l.primary_capacity() as f64;
-            if !l.grows() || readers != 0 || (self.tag_count as f64) <= SPLIT_FILL * cap {
-                return Ok(());
+            if !l.grows() || (self.tag_count + 1) as f64 <= SPLIT_FILL * cap {
+                break;
             }
-            if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF {
-                return Ok(());
+            if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF
+                || self.readers.load(Ordering::SeqCst) != 0
+            {
+                break;
             }
             self.split_next()?;
+            split = true;
         }
-        Ok(())
+        Ok(split)
     }
 
     /// Splits the bucket at the split pointer in both halves.

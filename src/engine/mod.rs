@@ -30,6 +30,7 @@ use crate::side::{remove_if_present, resolve, temporaries};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -40,9 +41,8 @@ pub struct Store {
     counts: Mutex<Option<Loaded>>,
     /// This handle's writer id for increments (random per open).
     writer_id: u64,
-    /// FINDs and exports in progress: bucket splits wait until none is,
-    /// so a streaming reader never sees a tag move.
-    readers: AtomicUsize,
+    /// FINDs and exports in progress (shared with the state's split check).
+    readers: Arc<AtomicUsize>,
     seed: u64,
     path: PathBuf,
     /// Stale temporaries this handle's open removed (reported by `check`).
@@ -59,11 +59,12 @@ fn random_u64() -> Result<u64> {
 impl Store {
     fn from_state(state: State, path: &Path) -> Result<Store> {
         let seed = state.index.seed();
+        let readers = state.readers.clone();
         Ok(Store {
             state: RwLock::new(state),
             counts: Mutex::new(None),
             writer_id: random_u64()?,
-            readers: AtomicUsize::new(0),
+            readers,
             seed,
             path: path.to_path_buf(),
             removed: Vec::new(),
@@ -117,6 +118,7 @@ impl Store {
             feed: Feed::new(false),
             recovered: false,
             closed: false,
+            readers: Arc::new(AtomicUsize::new(0)),
         };
         let made = state.pager.write_superblock(&sb).and_then(|()| {
             // Counts start empty and exact, so the first close merges instead of scanning.
@@ -253,11 +255,14 @@ impl Store {
             feed: Feed::new(recovered),
             recovered,
             closed: false,
+            readers: Arc::new(AtomicUsize::new(0)),
         };
         if writable {
             state.mark_open()?;
             if let Some((old, level)) = split {
                 state.redo_split(old, level)?;
+                // A tag caught in both chains was counted twice.
+                state.tag_count = state.index.count_half();
             }
         }
         let mut store = Self::from_state(state, path)?;

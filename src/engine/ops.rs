@@ -20,9 +20,6 @@ impl Store {
         let slot = encode(tag)?;
         let mut st = self.write()?;
         let changed = st.insert_slot(&slot, true)?;
-        if changed {
-            self.grow(&mut st)?;
-        }
         self.finish_one(st, tag, changed.then_some(1), durability)?;
         Ok(changed)
     }
@@ -128,11 +125,6 @@ impl Store {
                     Ok(true) => {
                         out.changed += 1;
                         st.feed.change(t, if insert { 1 } else { -1 });
-                        if insert {
-                            if let Err(e) = self.grow(&mut st) {
-                                return (out, Err(e));
-                            }
-                        }
                     }
                     Ok(false) => out.unchanged += 1,
                     Err(e) => {
@@ -157,13 +149,6 @@ impl Store {
         (out, Ok(()))
     }
 
-    /// Splits buckets if the store has outgrown them; a split that fails
-    /// halfway leaves the handle unusable (reopening finishes it).
-    fn grow(&self, st: &mut State) -> Result<()> {
-        let readers = self.readers.load(std::sync::atomic::Ordering::SeqCst);
-        st.grow(readers).inspect_err(|_| st.pager.poison())
-    }
-
     /// Free bytes of the store's filesystem, when known.
     pub(crate) fn free_bytes(&self) -> Option<u64> {
         self.read().pager.file().free_bytes()
@@ -174,7 +159,6 @@ impl Store {
         let mut st = self.write()?;
         for t in tags {
             st.insert_slot(&encode(t)?, false)?;
-            self.grow(&mut st)?;
         }
         Ok(())
     }

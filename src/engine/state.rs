@@ -5,6 +5,8 @@ use crate::error::Result;
 use crate::format::{Superblock, FLAG_CLEAN, NONE};
 use crate::index::Index;
 use crate::pager::{is_no_space, Durability, Pager};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 /// Everything an open store guards with its read-write lock.
 pub(crate) struct State {
@@ -22,6 +24,9 @@ pub(crate) struct State {
     pub(super) recovered: bool,
     /// Closed (cleanly, or abandoned by a test): nothing more is written.
     pub(super) closed: bool,
+    /// FINDs and exports streaming results: bucket splits wait until none
+    /// is, so a streaming reader never sees a tag move.
+    pub(super) readers: Arc<AtomicUsize>,
 }
 
 impl State {

@@ -227,6 +227,12 @@ impl State {
         if check_dup && self.index.locate(&self.pager, gc, kc, th, slot)?.is_some() {
             return Ok(false);
         }
+        // The tag goes in: first split buckets if the store has outgrown
+        // them (a split that fails halfway leaves the handle unusable;
+        // reopening finishes it), then place it anew.
+        if self.grow().inspect_err(|_| self.pager.poison())? {
+            return self.insert_slot(slot, false);
+        }
         let plo = self.plan(go)?;
         let pls = match self.plan(gs) {
             Ok(p) => p,
