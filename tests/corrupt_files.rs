@@ -78,7 +78,7 @@ fn build_store(name: &str) -> (tempfile::TempDir, PathBuf, BTreeSet<Tag>, Vec<u8
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join(name);
     let tags = sample_tags();
-    let s = Store::create(&path, &small_opts()).expect("create");
+    let s = Store::create_format1(&path, &small_opts()).expect("create");
     for t in &tags {
         assert!(s.insert(t).expect("insert"), "{t:?} inserted twice");
     }
@@ -295,7 +295,7 @@ fn foreign_files_are_not_stores() {
 #[test]
 fn newer_format_version_is_unsupported() {
     let (_dir, path, tags, orig) = build_store("v.tags");
-    for v in [2u32, 7, u32::MAX] {
+    for v in [3u32, 7, u32::MAX] {
         let mut img = orig.clone();
         img[SB_VERSION..SB_VERSION + 4].copy_from_slice(&v.to_le_bytes());
         put_crc(&mut img);
@@ -311,7 +311,7 @@ fn newer_format_version_is_unsupported() {
             match r {
                 Err(Error::UnsupportedVersion { found, supported }) => {
                     assert_eq!(found, v);
-                    assert_eq!(supported, 1);
+                    assert_eq!(supported, 2);
                 }
                 Err(e) => panic!("version {v}: expected UnsupportedVersion, got {e:?}"),
                 Ok(_) => panic!("version {v}: a store of a newer version opened"),

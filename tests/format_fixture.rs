@@ -101,8 +101,16 @@ fn recipe() -> (Vec<Tag>, Vec<Tag>) {
 
 /// Builds the recipe's store at `path` and returns its content, sorted.
 fn build_image(path: &Path) -> Vec<Tag> {
+    build_image_with(path, |p, o| Store::create_format1(p, o))
+}
+
+/// The recipe's store at `path`, made by `create` (format 1 or today's).
+fn build_image_with(
+    path: &Path,
+    create: fn(&Path, &CreateOptions) -> tagstore::Result<Store>,
+) -> Vec<Tag> {
     let (inserts, deletes) = recipe();
-    let s = Store::create(path, &recipe_options()).expect("create");
+    let s = create(path, &recipe_options()).expect("create");
     for t in &inserts {
         assert!(s.insert(t).expect("insert"), "{t:?} twice");
     }
@@ -135,6 +143,68 @@ fn regenerate_format_fixture() {
         img.display(),
         content.len()
     );
+}
+
+#[test]
+#[ignore = "rewrites fixtures/format-v2.tags"]
+fn regenerate_format_v2_fixture() {
+    let img = fixture("format-v2.tags");
+    let _ = std::fs::remove_file(&img);
+    let content = build_image_with(&img, |p, o| Store::create(p, o));
+    assert_eq!(content, expected(), "same recipe, same content as format 1");
+    let _ = std::fs::remove_file(fixture("format-v2.tags.counts"));
+    let len = std::fs::metadata(&img).expect("stat").len();
+    assert!(len < 1 << 20, "fixture too large: {len} bytes");
+}
+
+/// The checked-in format-2 image (written by the first build that wrote
+/// format 2, from the same recipe, its buckets split as it filled) opens,
+/// answers with the recipe's content and passes `check`, read-only without
+/// touching the file and writable too.
+#[test]
+fn format_v2_fixture_opens_and_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let orig = std::fs::read(fixture("format-v2.tags")).expect("read fixture");
+    assert_eq!(&orig[8..12], &2u32.to_le_bytes(), "fixture is format 2");
+    let p = dir.path().join("v2.tags");
+    std::fs::write(&p, &orig).expect("copy");
+    let want = expected();
+    {
+        let s = Store::open_read_only(&p).expect("open read-only");
+        assert_eq!(sorted_tags(&s), want);
+        assert!(s.check().expect("check").ok());
+        assert!(s.geometry().primary_buckets_per_half > PER_HALF, "it grew");
+    }
+    assert_eq!(std::fs::read(&p).expect("read"), orig, "read-only open wrote");
+    let s = Store::open(&p).expect("open writable");
+    let extra = Tag::new("v2-extra", "isa", "new");
+    assert!(s.insert(&extra).expect("insert"));
+    s.close().expect("close");
+    let s = Store::open_read_only(&p).expect("reopen");
+    let mut all = want.clone();
+    all.push(extra);
+    all.sort();
+    assert_eq!(sorted_tags(&s), all);
+}
+
+/// `maintain` upgrades a format-1 store to format 2 with the same tags, and
+/// the upgraded store then grows by splitting.
+#[test]
+fn maintain_upgrades_format_1_to_format_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (p, orig) = copy_fixture(dir.path());
+    assert_eq!(&orig[8..12], &1u32.to_le_bytes());
+    Store::maintain(&p, &tagstore::MaintainOptions::default(), |_, _| {}).expect("maintain");
+    let img = std::fs::read(&p).expect("read");
+    assert_eq!(&img[8..12], &2u32.to_le_bytes(), "maintain writes format 2");
+    let s = Store::open(&p).expect("open");
+    assert_eq!(sorted_tags(&s), expected());
+    let before = s.geometry().primary_buckets_per_half;
+    for i in 0..2000 {
+        s.insert(&Tag::new(format!("grow{i}"), "isa", "x")).expect("insert");
+    }
+    assert!(s.geometry().primary_buckets_per_half > before, "upgraded store grows");
+    assert!(s.check().expect("check").ok());
 }
 
 // --- Helpers for the checks -----------------------------------------------------

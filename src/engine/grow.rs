@@ -6,7 +6,10 @@ use super::state::State;
 use crate::error::{Error, Result};
 use crate::format::hash::{key_hash, tag_hash};
 use crate::format::tag::{decode, used_prefix};
-use crate::format::{BlockAt, Half, Intent, IntentOp, SlotAddr, SlotBytes, BLOCK_SIZE, NONE};
+use crate::format::{
+    BlockAt, Half, Intent, IntentOp, Layout, SlotAddr, SlotBytes, BLOCK_SIZE, NONE,
+    SLOTS_PER_BLOCK,
+};
 use crate::index::{ChainWalk, Found};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -63,25 +66,41 @@ impl State {
             self.pager.set_len(l.file_len(sec))?;
             self.set_layout(l)?;
         }
-        let (old, _) = l.next_split();
-        self.pager.write_intent(&Intent {
-            op: IntentOp::Split,
-            object_slot: SlotAddr::NONE,
-            subject_slot: SlotAddr::NONE,
-            object_identity: (old, l.level),
-            subject_identity: (0, 0),
-            tag: [0; crate::format::tag::SLOT_SIZE],
-        })?;
+        let (old, new) = l.next_split();
+        // Back every block the moved tags will need with disk space before
+        // anything changes: a full disk then refuses the split (and the
+        // INSERT that wanted it) and leaves the store as it was.
+        let mut after = l;
+        after.advance_split();
+        for h in Half::BOTH {
+            let n = self.count_moving(l.global(h, old), h, new, &after)?;
+            self.reserve_chain(l.global(h, new), n)?;
+        }
         let level = l.level;
-        l.advance_split();
-        self.set_layout(l)?;
-        self.move_split(old, level, false)?;
-        self.pager.clear_intent()
+        // From here a failure leaves a split half done: the handle is
+        // unusable, and reopening finishes the split from the intent record.
+        let r = (|| {
+            self.pager.write_intent(&Intent {
+                op: IntentOp::Split,
+                object_slot: SlotAddr::NONE,
+                subject_slot: SlotAddr::NONE,
+                object_identity: (old, level),
+                subject_identity: (0, 0),
+                tag: [0; crate::format::tag::SLOT_SIZE],
+            })?;
+            self.set_layout(after)?;
+            self.move_split(old, level, false)?;
+            self.pager.clear_intent()
+        })();
+        if r.is_err() {
+            self.pager.poison();
+        }
+        r
     }
 
     /// Records layout `l` in the superblock (logged with the changes in
     /// flight) and in the pager and index.
-    fn set_layout(&mut self, l: crate::format::Layout) -> Result<()> {
+    fn set_layout(&mut self, l: Layout) -> Result<()> {
         let mut sb = self.sb.clone();
         sb.layout = l;
         self.pager.set_layout(l);
@@ -114,11 +133,10 @@ impl State {
     /// chain already holds is only removed from the old one.
     fn move_split(&mut self, old: u32, level: u32, redo: bool) -> Result<()> {
         let l = self.index.geometry();
-        let seed = self.index.seed();
         let new = old + (l.base << level);
         for h in Half::BOTH {
             let (go, gn) = (l.global(h, old), l.global(h, new));
-            let moving = self.collect_moving(go, h, new, seed)?;
+            let moving = self.collect_moving(go, h, new, &l)?;
             let present = if redo {
                 self.chain_slots(gn)?
             } else {
@@ -142,9 +160,45 @@ impl State {
         Ok(())
     }
 
-    /// The tags of chain `g` (half `h`) whose key hashes to bucket `new`.
-    fn collect_moving(&self, g: u32, h: Half, new: u32, seed: u64) -> Result<Vec<Moving>> {
+    /// How many tags of chain `g` (half `h`) hash to bucket `new` under `after`.
+    fn count_moving(&self, g: u32, h: Half, new: u32, after: &Layout) -> Result<u64> {
+        Ok(self.collect_moving(g, h, new, after)?.len() as u64)
+    }
+
+    /// Backs the blocks a new chain `g` of `n` tags will take with disk space.
+    fn reserve_chain(&mut self, g: u32, n: u64) -> Result<()> {
         let l = self.index.geometry();
+        let per_block = SLOTS_PER_BLOCK as u64;
+        let primary = n.div_ceil(per_block).min(l.blocks_per_primary as u64);
+        for i in 0..primary {
+            self.pager.ensure_reserved(l.primary_start(g) + i, true)?;
+        }
+        let over = n.saturating_sub(l.primary_capacity() as u64);
+        let buckets = over.div_ceil(l.secondary_capacity() as u64);
+        let mut taken = Vec::new();
+        let mut r = Ok(());
+        for _ in 0..buckets {
+            match self.alloc_secondary() {
+                Ok(s) => {
+                    taken.push(s);
+                    // A free bucket is never written: zeros may be written.
+                    r = self.pager.ensure_reserved(l.secondary_start(s), true);
+                }
+                Err(e) => r = Err(e),
+            }
+            if r.is_err() {
+                break;
+            }
+        }
+        // Back to the free list: the moves take them again, lowest first.
+        self.index.tables.free.extend(taken);
+        r
+    }
+
+    /// The tags of chain `g` (half `h`) whose key hashes to bucket `new`
+    /// under layout `l`.
+    fn collect_moving(&self, g: u32, h: Half, new: u32, l: &Layout) -> Result<Vec<Moving>> {
+        let seed = self.index.seed();
         let mut out = Vec::new();
         let mut walk = ChainWalk::new(g, g + 1, None);
         while let Some(b) = walk.next_block(&self.index, &self.pager)? {

@@ -73,13 +73,27 @@ impl Store {
 
     /// Creates a new, empty store file at `path`; fails if the path exists.
     pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
-        let path = path.as_ref();
+        Self::create_as(path.as_ref(), options, Layout::v2)
+    }
+
+    /// Creates a store in format 1 (fixed geometry, never splits): the
+    /// format older files have, for tests of reading and writing them.
+    #[cfg(feature = "test-hooks")]
+    pub fn create_format1(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
+        Self::create_as(path.as_ref(), options, Layout::v1)
+    }
+
+    fn create_as(
+        path: &Path,
+        options: &CreateOptions,
+        layout: fn(Geometry) -> Layout,
+    ) -> Result<Store> {
         let geometry = options.checked_geometry()?;
         let seed = match options.seed {
             Some(s) => s,
             None => random_u64()?,
         };
-        let layout = Layout::v2(geometry);
+        let layout = layout(geometry);
         let file = MappedFile::create(path, layout.file_len(0))?;
         Self::create_in(file, path, layout, seed)
     }

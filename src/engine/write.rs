@@ -133,7 +133,7 @@ impl State {
     }
 
     /// Takes the lowest free secondary bucket, growing the file when none is free.
-    fn alloc_secondary(&mut self) -> Result<u32> {
+    pub(super) fn alloc_secondary(&mut self) -> Result<u32> {
         if let Some(s) = self.index.tables.free.pop_first() {
             return Ok(s);
         }
@@ -228,9 +228,8 @@ impl State {
             return Ok(false);
         }
         // The tag goes in: first split buckets if the store has outgrown
-        // them (a split that fails halfway leaves the handle unusable;
-        // reopening finishes it), then place it anew.
-        if self.grow().inspect_err(|_| self.pager.poison())? {
+        // them, then place it anew.
+        if self.grow()? {
             return self.insert_slot(slot, false);
         }
         let plo = self.plan(go)?;
