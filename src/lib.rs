@@ -45,7 +45,7 @@ mod side;
 
 pub mod tsv;
 
-pub use admin::{maintain_temp_path, CheckReport, MaintainOptions, MaintainReport, Stats};
+pub use admin::{maintain_temp_path, CheckReport, Growth, MaintainOptions, MaintainReport, Stats};
 pub use counts::{counts_path, CloudEntry, Increment, IncrementId, MergeOutcome, AUTO_MERGE_KEYS};
 pub use engine::{BatchOutcome, CreateOptions, Find, OpenOptions, Store, Tags};
 pub use error::{Error, Result};

@@ -6,4 +6,4 @@ mod stats;
 
 pub use check::CheckReport;
 pub use maintain::{maintain_temp_path, MaintainOptions, MaintainReport};
-pub use stats::Stats;
+pub use stats::{Growth, Stats};

@@ -5,13 +5,34 @@ use crate::error::Result;
 use crate::format::{Geometry, NONE, SLOTS_PER_BLOCK};
 use serde::Serialize;
 
+/// Where a store stands in its growth (format 2's linear hashing).
+#[derive(Clone, Debug, Serialize)]
+pub struct Growth {
+    /// On-disk format version (1: fixed geometry; 2: grows by splits).
+    pub format_version: u32,
+    /// True when INSERT splits buckets as the store fills (format 2).
+    pub grows: bool,
+    /// Primary buckets per half at level 0.
+    pub base_buckets_per_half: u32,
+    /// Doublings of the bucket count completed.
+    pub level: u32,
+    /// Next bucket (per half) to split in this level.
+    pub split_pointer: u32,
+    /// Primary segments in the file (one per level begun).
+    pub primary_segments: u32,
+    /// Primary fill past which an INSERT splits a bucket (0 when it never does).
+    pub split_fill: f64,
+}
+
 /// Layout statistics of a store.
 #[derive(Clone, Debug, Serialize)]
 pub struct Stats {
     /// Tags stored (each counted once, though stored twice).
     pub tags: u64,
-    /// Geometry fixed at create time.
+    /// Geometry now (format 2: primary buckets per half grow by splits).
     pub geometry: Geometry,
+    /// Growth state: format version, level, split pointer, segments.
+    pub growth: Growth,
     /// Primary buckets in both halves.
     pub primary_buckets: u64,
     /// Primary buckets holding at least one tag.
@@ -92,13 +113,13 @@ impl Store {
         let mut advice = Vec::new();
         // Peaks always overflow, whatever the geometry; overflow in many
         // buckets means the geometry itself is too small.
-        if chains as f64 > 0.05 * n as f64 && tags > 0 {
+        if chains as f64 > 0.05 * n as f64 && tags > 0 && !geo.grows() {
             advice.push(format!(
                 "{chains} of {n} primary buckets overflow into secondary buckets: re-hash with `tagstore maintain --expected-tags {}`",
                 tags.saturating_mul(2)
             ));
         }
-        if primary_fill > 0.85 {
+        if primary_fill > 0.85 && !geo.grows() {
             advice.push(format!(
                 "primary buckets are {:.0}% full: re-hash with `tagstore maintain --expected-tags {}`",
                 primary_fill * 100.0,
@@ -111,6 +132,19 @@ impl Store {
         Ok(Stats {
             tags,
             geometry: geo.geometry(),
+            growth: Growth {
+                format_version: geo.version,
+                grows: geo.grows(),
+                base_buckets_per_half: geo.base,
+                level: geo.level,
+                split_pointer: geo.split,
+                primary_segments: geo.segments,
+                split_fill: if geo.grows() {
+                    crate::engine::SPLIT_FILL
+                } else {
+                    0.0
+                },
+            },
             primary_buckets: n as u64,
             primary_buckets_used: used_b,
             primary_buckets_full: full_b,

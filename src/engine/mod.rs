@@ -16,6 +16,7 @@ mod state;
 mod write;
 
 pub use find::{Find, Tags};
+pub use grow::SPLIT_FILL;
 pub use options::{BatchOutcome, CreateOptions, OpenOptions};
 pub(crate) use state::State;
 

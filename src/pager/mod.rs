@@ -24,7 +24,7 @@ pub use write::Identity;
 use crate::error::{Error, Result};
 use crate::format::{prefetch, BlockRef, Layout, BLOCK_SIZE};
 use journal::Journal;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -38,6 +38,9 @@ pub struct Pager {
     verified: Vec<AtomicU64>,
     /// One bit per block: disk space is known to back it (reserved this session).
     reserved: Vec<u64>,
+    /// Blocks of newly linked secondary buckets not yet written (never
+    /// written before either, so a write of zeros may back them).
+    fresh: HashSet<u64>,
     /// Private copies of blocks changed since the last commit (journaled modes).
     overlay: HashMap<u64, Box<[u8]>>,
     journal: Option<Journal>,
@@ -68,6 +71,7 @@ impl Pager {
             seed,
             store_path: store_path.to_path_buf(),
             reserved: Vec::new(),
+            fresh: HashSet::new(),
             overlay: HashMap::new(),
             journal: None,
             durability: Durability::None,

@@ -25,11 +25,22 @@ impl Pager {
         if self.reserved.get(w).is_some_and(|x| x & bit != 0) {
             return Ok(());
         }
-        // A secondary bucket fills block after block: back all of it at once
-        // (one extent, one call), but only the block asked for in a primary
-        // bucket, whose later blocks may never be written.
+        // Back only the block asked for: a bucket's later blocks may never
+        // be written (a secondary bucket holding a few tags that overflowed
+        // takes one block of disk, not sixteen). A fresh secondary bucket's
+        // later blocks are remembered as never written, so they too get a
+        // write of zeros when their turn comes. A secondary block of unknown
+        // state backs its whole bucket (one call; nothing is changed).
+        let fresh = fresh || self.fresh.remove(&b);
         let (first, n) = match self.geo.block_at(b) {
-            BlockAt::Secondary { i, .. } => (b - i as u64, self.geo.blocks_per_secondary as u64),
+            BlockAt::Secondary { i: 0, .. } if fresh => {
+                let per = self.geo.blocks_per_secondary as u64;
+                self.fresh.extend(b + 1..b + per);
+                (b, 1)
+            }
+            BlockAt::Secondary { i, .. } if !fresh => {
+                (b - i as u64, self.geo.blocks_per_secondary as u64)
+            }
             _ => (b, 1),
         };
         let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);

@@ -644,6 +644,24 @@ fn print_stats(out: &mut Out, s: &tagstore::Stats) {
         "geometry                 {} primary buckets per half x {} blocks; secondary buckets of {} blocks",
         g.primary_buckets_per_half, g.blocks_per_primary, g.blocks_per_secondary
     );
+    let gr = &s.growth;
+    if gr.grows {
+        say!(
+            out,
+            "growth                   format {}, level {} from {} buckets per half, split pointer {}, splits past {:.0}% fill",
+            gr.format_version,
+            gr.level,
+            gr.base_buckets_per_half,
+            gr.split_pointer,
+            gr.split_fill * 100.0
+        );
+    } else {
+        say!(
+            out,
+            "growth                   format {}: fixed geometry (`tagstore maintain` upgrades to format 2, which grows)",
+            gr.format_version
+        );
+    }
     say!(
         out,
         "primary buckets          {} ({} used, {} full, fill {:.1}%)",
