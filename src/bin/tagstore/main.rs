@@ -1,5 +1,6 @@
 //! The `tagstore` command-line tool: create, load, query and check a tag store.
 
+mod cluster;
 mod load;
 mod out;
 mod progress;
@@ -145,6 +146,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
+    /// placed exactly as nutcracker 0.5.0 places it (ketama).
+    Ring(cluster::RingArgs),
 }
 
 #[derive(Args)]
@@ -331,6 +335,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 g.blocks_per_primary,
                 g.blocks_per_secondary
             );
+            finish(out, ExitCode::SUCCESS)
+        }
+        Cmd::Ring(a) => {
+            cluster::ring(&a, &mut out)?;
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Insert(c) => change(c, Verb::new(true), out),
