@@ -8,6 +8,7 @@
 pub mod config;
 pub mod hash;
 pub mod ketama;
+pub mod moved;
 
 use crate::out::{say, Out};
 use clap::Args;
@@ -27,6 +28,7 @@ pub struct RingArgs {
     /// nutcracker's configuration file (YAML).
     config: PathBuf,
     /// Keys to place (taken literally).
+    #[arg(required_unless_present = "file")]
     keys: Vec<String>,
     /// The pool to use when the file defines several.
     #[arg(long)]
@@ -34,6 +36,10 @@ pub struct RingArgs {
     /// Keys one per line, TSV-escaped (`\t`, `\n`, `\r`, `\\`); '-' reads stdin.
     #[arg(long)]
     file: Option<PathBuf>,
+    /// Instead of each key's node, print how many of the keys change node
+    /// going from this older configuration to CONFIG, in all and per node.
+    #[arg(long, value_name = "OLD_CONFIG")]
+    moved_from: Option<PathBuf>,
 }
 
 /// Reads a configuration file and picks its pool.
@@ -58,10 +64,11 @@ pub fn load_pool(path: &Path, name: Option<&str>) -> Result<Pool, String> {
 /// `tagstore ring`: prints `KEY<TAB>NODE` for each key, NODE being the
 /// server's name, or `host:port` for a server without one.
 pub fn ring(a: &RingArgs, out: &mut Out) -> Result<(), String> {
-    if a.keys.is_empty() && a.file.is_none() {
-        return Err("give keys to place, or --file FILE ('-' for stdin)".into());
-    }
     let pool = load_pool(&a.config, a.pool.as_deref())?;
+    if let Some(old) = &a.moved_from {
+        let old = load_pool(old, a.pool.as_deref())?;
+        return moved(a, &old, &pool, out);
+    }
     let r = Ring::new(&pool);
     let labels: Vec<String> = pool.servers.iter().map(|s| s.label()).collect();
     let mut place = |key: &str| {
@@ -79,6 +86,42 @@ pub fn ring(a: &RingArgs, out: &mut Out) -> Result<(), String> {
     }
     if let Some(f) = &a.file {
         for_each_key(f, |k| Ok(place(k)))?;
+    }
+    Ok(())
+}
+
+/// `tagstore ring NEW --moved-from OLD`: the share of keys that change node,
+/// then per node (TSV): keys before, after, moved in, moved out.
+fn moved(a: &RingArgs, old: &Pool, new: &Pool, out: &mut Out) -> Result<(), String> {
+    let mut c = moved::Compare::new(old, new);
+    for k in &a.keys {
+        c.add(k.as_bytes());
+    }
+    if let Some(f) = &a.file {
+        for_each_key(f, |k| {
+            c.add(k.as_bytes());
+            Ok(true)
+        })?;
+    }
+    let m = &c.moves;
+    say!(
+        out,
+        "moved {} of {} keys ({:.2}%)",
+        m.moved,
+        m.keys,
+        100.0 * m.share()
+    );
+    say!(out, "node\tbefore\tafter\tmoved_in\tmoved_out");
+    for (label, n) in &m.nodes {
+        say!(
+            out,
+            "{}\t{}\t{}\t{}\t{}",
+            tsv::escape(label),
+            n.before,
+            n.after,
+            n.moved_in,
+            n.moved_out
+        );
     }
     Ok(())
 }
