@@ -375,9 +375,9 @@ struct Srv {
     name: Option<&'static str>,
 }
 
-/// Runs the whole check for one pool layout and hash (`None`: no `hash:`
-/// line, nutcracker's default).
-fn check_cluster(hash: Option<&str>, servers: &[Srv], seed: u64) {
+/// Runs the whole check for one pool layout, hash (`None`: no `hash:`
+/// line, nutcracker's default) and distribution.
+fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64) {
     if !have_tools() {
         return;
     }
@@ -395,7 +395,8 @@ fn check_cluster(hash: Option<&str>, servers: &[Srv], seed: u64) {
         if let Some(h) = hash {
             t.push_str(&format!("  hash: {h}\n"));
         }
-        t.push_str("  distribution: ketama\n  auto_eject_hosts: false\n  redis: true\n");
+        t.push_str(&format!("  distribution: {dist}\n"));
+        t.push_str("  auto_eject_hosts: false\n  redis: true\n");
         t.push_str("  servers:\n");
         for (s, p) in servers.iter().zip(&ports) {
             let name = s.name.map_or(String::new(), |n| format!(" {n}"));
@@ -442,7 +443,7 @@ fn check_cluster(hash: Option<&str>, servers: &[Srv], seed: u64) {
         }
     }
     eprintln!(
-        "cluster_ring {:?}: {} keys, per node {:?} (predicted {:?}), {} mismatches",
+        "cluster_ring {:?} {dist}: {} keys, per node {:?} (predicted {:?}), {} mismatches",
         hash.unwrap_or("default"),
         keys.len(),
         per_actual,
@@ -483,7 +484,7 @@ fn md5_named_and_unnamed_servers_unequal_weights() {
             name: Some("node-δ"),
         },
     ];
-    check_cluster(Some("md5"), &servers, 1);
+    check_cluster(Some("md5"), "ketama", &servers, 1);
 }
 
 #[test]
@@ -506,7 +507,7 @@ fn murmur_named_servers() {
             name: Some("n4"),
         },
     ];
-    check_cluster(Some("murmur"), &servers, 2);
+    check_cluster(Some("murmur"), "ketama", &servers, 2);
 }
 
 /// No `hash:` line: nutcracker's default fnv1a_64, which reads key bytes
@@ -531,5 +532,91 @@ fn default_hash_unnamed_servers() {
             name: None,
         },
     ];
-    check_cluster(None, &servers, 3);
+    check_cluster(None, "ketama", &servers, 3);
+}
+
+/// Modula depends on the server order: nutcracker's (sorted by name,
+/// shorter names first), not the file's, which is deliberately different.
+#[test]
+fn modula_follows_nutcracker_server_order() {
+    let servers = [
+        Srv {
+            weight: 2,
+            name: Some("zz"),
+        },
+        Srv {
+            weight: 1,
+            name: Some("b"),
+        },
+        Srv {
+            weight: 3,
+            name: Some("aaa"),
+        },
+        Srv {
+            weight: 1,
+            name: None,
+        },
+    ];
+    check_cluster(Some("crc32a"), "modula", &servers, 4);
+}
+
+/// Runs `tagstore ring` with `args`; (exit code, stdout, stderr).
+fn ring(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tagstore"))
+        .arg("ring")
+        .args(args)
+        .output()
+        .unwrap();
+    let s = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (o.status.code().unwrap_or(-1), s(o.stdout), s(o.stderr))
+}
+
+/// Refusals without any proxy: reasons, line numbers, exit codes.
+#[test]
+fn ring_refusals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = tmp.path().join(name);
+        fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let base = "p:\n  listen: 127.0.0.1:1\n  hash: md5\n  servers:\n  - 127.0.0.1:2:1 a\n  - 127.0.0.1:3:1 b\n";
+    let good = write("good.yml", base);
+    let (code, out, _) = ring(&[&good, "o:3:isa:photo1", "a\tb"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("o:3:isa:photo1\t"), "{out}");
+    assert!(lines[1].starts_with("a\\tb\t"), "escaped key: {out}");
+    // No keys and no --file: a usage error.
+    assert_eq!(ring(&[&good]).0, 2);
+    let tag = write("tag.yml", &format!("{base}  hash_tag: \"{{}}\"\n"));
+    let (code, _, err) = ring(&[&tag, "k"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("line 7: hash_tag"), "{err}");
+    let eject = write("eject.yml", &format!("{base}  auto_eject_hosts: true\n"));
+    let (code, _, err) = ring(&[&eject, "k"]);
+    assert!(
+        code == 1 && err.contains("line 7: auto_eject_hosts"),
+        "{err}"
+    );
+    let hsieh = write("hsieh.yml", &base.replace("md5", "hsieh"));
+    let (code, _, err) = ring(&[&hsieh, "k"]);
+    assert!(
+        code == 1 && err.contains("line 3:") && err.contains("hsieh"),
+        "{err}"
+    );
+    let two = write("two.yml", &format!("{base}{}", base.replace("p:", "q:")));
+    let (code, _, err) = ring(&[&two, "k"]);
+    assert!(code == 1 && err.contains("--pool"), "{err}");
+    assert_eq!(ring(&[&two, "k", "--pool", "q"]).0, 0);
+    let nohash = write("nohash.yml", &base.replace("  hash: md5\n", ""));
+    let (code, _, err) = ring(&[&nohash, "k"]);
+    assert!(
+        code == 0 && err.contains("warning") && err.contains("fnv1a_64"),
+        "{err}"
+    );
+    let keys = write("keys.txt", "x\n\ny\n");
+    let (code, _, err) = ring(&[&good, "--file", &keys]);
+    assert!(code == 1 && err.contains("line 2: blank line"), "{err}");
 }
