@@ -35,8 +35,8 @@ impl Drop for Kids {
     }
 }
 
-/// True when `cmd` runs; false (after a skip message) when it is missing,
-/// and a panic then if `CI` is set.
+/// True when nutcracker and redis-server run; false (after a skip message)
+/// when one is missing, and a panic then if `CI` is set.
 fn have_tools() -> bool {
     let missing: Vec<&str> = ["nutcracker", "redis-server"]
         .into_iter()
@@ -59,7 +59,8 @@ fn have_tools() -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("{msg}; CI must install them (.ci/run does)");
     }
-    eprintln!("SKIPPED {msg}");
+    // Straight to stderr, past the test harness's capture, so a skip shows.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
     false
 }
 
