@@ -135,6 +135,7 @@ pub fn parse(text: &str) -> Result<Config, String> {
     let mut raw: Vec<RawPool> = Vec::new();
     // Indentation of the `servers:` key while its list is being read.
     let mut in_servers: Option<usize> = None;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     for (i, l) in text.lines().enumerate() {
         let n = i + 1;
         let err = |m: String| format!("line {n}: {m}");
@@ -504,6 +505,14 @@ other:
         );
         assert!(c.pool(None).unwrap_err().contains("--pool"));
         assert!(c.pool(Some("nope")).unwrap_err().contains("tags, other"));
+    }
+
+    #[test]
+    fn byte_order_mark_and_crlf() {
+        let c =
+            parse("\u{feff}p:\r\n  listen: 127.0.0.1:1\r\n  servers:\r\n  - a:1:1 n\r\n").unwrap();
+        assert_eq!(c.pools[0].name, "p");
+        assert_eq!(c.pools[0].servers[0].ketama_name(), "n");
     }
 
     #[test]
