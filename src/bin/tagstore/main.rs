@@ -116,6 +116,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
+    /// placed exactly as nutcracker 0.5.0 places it (ketama).
+    Ring(cluster::RingArgs),
     /// Print layout statistics.
     Stats {
         /// Store file.
@@ -146,9 +149,6 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
-    /// placed exactly as nutcracker 0.5.0 places it (ketama).
-    Ring(cluster::RingArgs),
 }
 
 #[derive(Args)]
@@ -337,10 +337,6 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             );
             finish(out, ExitCode::SUCCESS)
         }
-        Cmd::Ring(a) => {
-            cluster::ring(&a, &mut out)?;
-            finish(out, ExitCode::SUCCESS)
-        }
         Cmd::Insert(c) => change(c, Verb::new(true), out),
         Cmd::Delete(c) => change(c, Verb::new(false), out),
         Cmd::Find {
@@ -417,6 +413,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                     }
                 }
             }
+            finish(out, ExitCode::SUCCESS)
+        }
+        Cmd::Ring(a) => {
+            cluster::ring(&a, &mut out)?;
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Stats { store, json } => {

@@ -70,7 +70,11 @@ pub fn ring(a: &RingArgs, out: &mut Out) -> Result<(), String> {
         return moved(a, &old, &pool, out);
     }
     let r = Ring::new(&pool);
-    let labels: Vec<String> = pool.servers.iter().map(|s| s.label()).collect();
+    let labels: Vec<String> = pool
+        .servers
+        .iter()
+        .map(|s| tsv::escape(&s.label()))
+        .collect();
     let mut place = |key: &str| {
         say!(
             out,
