@@ -36,12 +36,13 @@
 mod common;
 
 use common::crash::{assert_check_ok, mode_of, self_child, serial, whole, Rng};
-use std::collections::BTreeSet;
+use common::store::{sorted_objects, sorted_subjects};
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
-use tagstore::{journal_path, CreateOptions, Store, Tag};
+use tagstore::{journal_path, CreateOptions, Geometry, Store, Tag};
 
 const CHILD_ENV: &str = "TAGSTORE_SIGKILL_CHILD";
 const MODE_ENV: &str = "TAGSTORE_SIGKILL_MODE";
@@ -130,6 +131,36 @@ fn copy_store(from: &Path, to: &Path) {
     }
 }
 
+/// FIND in both directions returns exactly what `want` holds, for every
+/// key of `want` (each object and each subject under its relationship):
+/// every tag is found by its object and by its subject, none twice.
+fn assert_finds(store: &Store, want: &BTreeSet<Tag>, when: &str) {
+    let mut subjects_of: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+    let mut objects_of: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+    for t in want {
+        subjects_of
+            .entry((&t.object, &t.relationship))
+            .or_default()
+            .push(t.subject.clone());
+        objects_of
+            .entry((&t.subject, &t.relationship))
+            .or_default()
+            .push(t.object.clone());
+    }
+    for ((o, r), mut w) in subjects_of {
+        w.sort();
+        assert_eq!(
+            sorted_subjects(store, o, r),
+            w,
+            "{when}: FIND <{o}, {r}, *>"
+        );
+    }
+    for ((s, r), mut w) in objects_of {
+        w.sort();
+        assert_eq!(sorted_objects(store, s, r), w, "{when}: FIND <*, {r}, {s}>");
+    }
+}
+
 /// Recovers a copy of the killed store and checks it; returns whether the
 /// in-flight operation took effect.
 fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
@@ -172,6 +203,7 @@ fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
     for t in want.iter().step_by(50) {
         assert!(whole(&store, t, when), "{when}: {t:?} missing");
     }
+    assert_finds(&store, want, when);
     assert_check_ok(&store, when);
     let fresh = Tag::new("fresh", "r0", "hub");
     assert!(
@@ -182,9 +214,17 @@ fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
     c == after.contains(&in_flight)
 }
 
-/// `kills` kills, each after up to `max_acks` acknowledgements and up to
-/// `max_delay_us` more.
-fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
+/// `kills` kills of children writing to a store created with `create`,
+/// each after `acks.0` to `acks.1` acknowledgements (fewer than `acks.1`)
+/// and up to `max_delay_us` more. Returns the store's geometry at the end.
+fn run_kills(
+    mode_name: &str,
+    create: &CreateOptions,
+    kills: u64,
+    acks: (u64, u64),
+    max_delay_us: u64,
+) -> Geometry {
+    let (min_acks, max_acks) = acks;
     let _serial = serial();
     let kills = std::env::var("TAGSTORE_SIGKILL_KILLS")
         .ok()
@@ -201,17 +241,7 @@ fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
     let mut rng = Rng(seed);
     let dir = tempfile::tempdir().expect("tempdir");
     let path: PathBuf = dir.path().join("killed.tags");
-    let store = Store::create(
-        &path,
-        &CreateOptions {
-            expected_tags: 200,
-            primary_buckets_per_half: Some(4),
-            blocks_per_primary: Some(1),
-            blocks_per_secondary: Some(2),
-            seed: Some(0x5EED),
-        },
-    )
-    .expect("create");
+    let store = Store::create(&path, create).expect("create");
     store.close().expect("close");
     let mut done = 0u64;
     let (mut with_acks, mut in_flight_applied) = (0u32, 0u32);
@@ -252,7 +282,7 @@ fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
         let target = if early {
             0
         } else {
-            rng.below(max_acks) as usize
+            (min_acks + rng.below(max_acks - min_acks)) as usize
         };
         let mut ready = early;
         while !ready || acks.len() < target {
@@ -307,18 +337,64 @@ fn run_kills(mode_name: &str, kills: u64, max_acks: u64, max_delay_us: u64) {
         done + 1
     );
     assert_check_ok(&store, "final");
+    let geometry = store.geometry();
     store.close().expect("close");
     eprintln!(
-        "sigkill {mode_name}: {kills} kills (seed {seed}), {with_acks} after at least one acknowledged call, {done} operations acknowledged, in-flight operation applied after {in_flight_applied} kills"
+        "sigkill {mode_name}: {kills} kills (seed {seed}), {with_acks} after at least one acknowledged call, {done} operations acknowledged ({} tags stored), in-flight operation applied after {in_flight_applied} kills, {} primary buckets per half at the end",
+        got.len(),
+        geometry.primary_buckets_per_half
     );
+    geometry
+}
+
+/// A small pre-sized store (4 buckets per half of one block; it still
+/// grows by splits as the hub's chain and the other keys fill it).
+fn small_store() -> CreateOptions {
+    CreateOptions {
+        expected_tags: 200,
+        primary_buckets_per_half: Some(4),
+        blocks_per_primary: Some(1),
+        blocks_per_secondary: Some(2),
+        seed: Some(0x5EED),
+    }
 }
 
 #[test]
 fn sigkill_immediate_mode() {
-    run_kills("immediate", 20, 60, 15_000);
+    run_kills("immediate", &small_store(), 20, (0, 60), 15_000);
 }
 
 #[test]
 fn sigkill_none_mode() {
-    run_kills("none", 12, 1_500, 5_000);
+    run_kills("none", &small_store(), 12, (0, 1_500), 5_000);
+}
+
+/// A store created with no size hint (`expected_tags: 0`, default bucket
+/// sizes) starts at one primary bucket per half; the children load over
+/// 20,000 tags into it (8 kills, all but the two early ones after 6,000 to
+/// 7,000 acknowledged operations, 3 in 5 of which leave a tag stored), so
+/// the load crosses hundreds of bucket splits and the kills land among
+/// them. Every kill is checked as in the other cases, and FIND by object
+/// and by subject returns every stored tag.
+#[test]
+fn sigkill_growing_store() {
+    let create = CreateOptions {
+        seed: Some(0x6B0B),
+        ..CreateOptions::default()
+    };
+    assert_eq!(create.expected_tags, 0, "the default is no size hint");
+    {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = Store::create(dir.path().join("probe.tags"), &create).expect("create");
+        assert_eq!(
+            s.geometry().primary_buckets_per_half,
+            1,
+            "starts at one bucket"
+        );
+    }
+    let g = run_kills("none", &create, 8, (6_000, 7_000), 5_000);
+    assert!(
+        g.primary_buckets_per_half >= 200,
+        "the store did not grow through many splits: {g:?}"
+    );
 }
