@@ -69,8 +69,8 @@ use common::store::{
     sorted_subjects, spawn_cli_holder, Rng,
 };
 use tagstore::{
-    journal_path, CreateOptions, Durability, Error, Geometry, MaintainOptions, Stats, Store, Tag,
-    MAX_TAG_BYTES,
+    journal_path, CreateOptions, Durability, Error, Geometry, Growth, MaintainOptions, Stats,
+    Store, Tag, MAX_TAG_BYTES,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
@@ -170,15 +170,32 @@ struct Dense {
     load_max: u64,
 }
 
+/// The half-local bucket of key hash `h` in a store whose growth state is
+/// `growth`: format 1 places with the public `bucket_of` (multiply-shift);
+/// format 2 by linear hashing on the hash's top 48 bits (the low 16 are the
+/// key fingerprint), as the format describes.
+fn bucket_in(growth: &Growth, h: u64) -> u32 {
+    if growth.format_version == 1 {
+        return bucket_of(h, growth.base_buckets_per_half);
+    }
+    let x = h >> 16;
+    let m = (growth.base_buckets_per_half as u64) << growth.level;
+    let b = x % m;
+    if b < growth.split_pointer as u64 {
+        (x % (2 * m)) as u32
+    } else {
+        b as u32
+    }
+}
+
 /// Computes the dense layout from the bucket loads, placing every tag with
 /// the store's public hash helpers: each bucket keeps as many tags in its
 /// primary bucket as fit and links the fewest secondary buckets that hold the rest.
-fn dense_layout(model: &Model, seed: u64, geo: &Geometry) -> Dense {
-    let n = geo.primary_buckets_per_half;
+fn dense_layout(model: &Model, seed: u64, geo: &Geometry, growth: &Growth) -> Dense {
     let mut loads = vec![0u64; geo.primary_buckets() as usize];
     for t in model {
         for (half, name) in [(Half::Object, &t.object), (Half::Subject, &t.subject)] {
-            let b = bucket_of(key_hash(seed, half, &t.relationship, name), n);
+            let b = bucket_in(growth, key_hash(seed, half, &t.relationship, name));
             loads[geo.global(half, b) as usize] += 1;
         }
     }
@@ -196,9 +213,19 @@ fn dense_layout(model: &Model, seed: u64, geo: &Geometry) -> Dense {
     }
 }
 
-/// `after` is the dense layout of `model` in geometry `geo`.
+/// `after` is the dense layout of `model` in geometry `geo`: a fresh
+/// rewrite that did not split while copying (a split leaves holes in the
+/// chain it moved tags out of, so only an unsplit rewrite is dense).
 fn assert_dense(after: &Stats, model: &Model, seed: u64, geo: &Geometry, what: &str) {
     assert_eq!(after.geometry, *geo, "{what}: geometry after");
+    assert!(
+        after.growth.format_version == 1
+            || (after.growth.level == 0
+                && after.growth.split_pointer == 0
+                && after.growth.base_buckets_per_half == geo.primary_buckets_per_half),
+        "{what}: the rewrite is not an unsplit store of its starting size: {:?}",
+        after.growth
+    );
     assert_eq!(after.tags, model.len() as u64, "{what}: tags after");
     assert_eq!(after.holes, 0, "{what}: holes after");
     assert_eq!(
@@ -218,9 +245,33 @@ fn assert_dense(after: &Stats, model: &Model, seed: u64, geo: &Geometry, what: &
     };
     assert_eq!(
         got,
-        dense_layout(model, seed, geo),
+        dense_layout(model, seed, geo, &after.growth),
         "{what}: layout after is not the dense one"
     );
+}
+
+/// `after` is a rewrite of `model` that started as a fresh store of
+/// geometry `start`: dense in `start` if the copy did not split, and
+/// otherwise (only when the tags exceed the split threshold of `start`)
+/// grown from `start` by splits, with the same bucket sizes.
+fn assert_rewrite(after: &Stats, model: &Model, seed: u64, start: &Geometry, what: &str) {
+    if after.geometry == *start {
+        assert_dense(after, model, seed, start, what);
+        return;
+    }
+    let slots = start.primary_buckets_per_half as f64 * start.primary_capacity() as f64;
+    assert!(
+        after.geometry.primary_buckets_per_half > start.primary_buckets_per_half
+            && after.geometry.blocks_per_primary == start.blocks_per_primary
+            && after.geometry.blocks_per_secondary == start.blocks_per_secondary
+            && after.growth.base_buckets_per_half == start.primary_buckets_per_half
+            && model.len() as f64 > 0.75 * slots,
+        "{what}: started at {start:?} for {} tags, now {:?} ({:?})",
+        model.len(),
+        after.geometry,
+        after.growth
+    );
+    assert_eq!(after.tags, model.len() as u64, "{what}: tags after");
 }
 
 /// 4 KB blocks of the file holding any non-zero byte (what was written).
@@ -246,16 +297,27 @@ fn maintain_checked(
     tags: u64,
     what: &str,
 ) -> tagstore::MaintainReport {
-    let mut calls: Vec<(u64, u64)> = Vec::new();
-    let r = Store::maintain(
+    maintain_with(
         path,
         &MaintainOptions {
             geometry,
             ..Default::default()
         },
-        |d, t| calls.push((d, t)),
+        tags,
+        what,
     )
-    .unwrap_or_else(|e| panic!("{what}: maintain: {e}"));
+}
+
+/// [`maintain_checked`] with any options.
+fn maintain_with(
+    path: &Path,
+    options: &MaintainOptions,
+    tags: u64,
+    what: &str,
+) -> tagstore::MaintainReport {
+    let mut calls: Vec<(u64, u64)> = Vec::new();
+    let r = Store::maintain(path, options, |d, t| calls.push((d, t)))
+        .unwrap_or_else(|e| panic!("{what}: maintain: {e}"));
     assert!(
         calls.iter().all(|&(_, t)| t == tags),
         "{what}: progress total is not the tag count {tags}: {calls:?}"
@@ -510,31 +572,48 @@ fn run_workload(w: &Workload) {
     if w.journaled {
         store.sync().expect("sync");
     }
+    // The store grew (split buckets) as the tags arrived: maintenance starts
+    // from the geometry it has now, not the one it was created with.
+    let grown = store.geometry();
+    assert!(
+        grown.primary_buckets_per_half >= w.base.primary_buckets_per_half
+            && grown.blocks_per_primary == w.base.blocks_per_primary
+            && grown.blocks_per_secondary == w.base.blocks_per_secondary,
+        "grew from {:?} to {grown:?}",
+        w.base
+    );
     if w.crash_before {
         store.abandon();
     } else {
         store.close().expect("close");
     }
 
-    // Maintenance keeping the geometry. After a crash it runs on the store as
-    // the crash left it (unclean, perhaps with a journal to replay), so the
-    // sizes before are only compared after a clean close.
+    // Maintenance keeping the bucket count (`keep_geometry`). After a crash
+    // it runs on the store as the crash left it (unclean, perhaps with a
+    // journal to replay), so the sizes before are only compared after a
+    // clean close.
     let pre = (!w.crash_before).then(|| {
         let st = read_only_stats(&path);
         let len = std::fs::metadata(&path).expect("stat").len();
         assert_eq!(st.file_bytes, len, "stats file bytes vs the file");
         (st, data_blocks(&path))
     });
-    let r = maintain_checked(&path, None, model.len() as u64, "maintain");
+    let keep = MaintainOptions {
+        keep_geometry: true,
+        ..Default::default()
+    };
+    let r = maintain_with(&path, &keep, model.len() as u64, "maintain");
     assert_eq!(r.before.tags, model.len() as u64, "report: tags before");
-    assert_eq!(r.before.geometry, w.base, "report: geometry before");
+    assert_eq!(r.before.geometry, grown, "report: geometry before");
     assert!(
         std::fs::metadata(journal_path(&path)).map_or(true, |m| m.len() == 0),
         "a journal is left after maintenance"
     );
-    assert_dense(&r.after, &model, w.hash_seed, &w.base, "maintain");
+    // The store never holds more tags than its bucket count takes without
+    // a split, so the copy does not split: dense in the same geometry.
+    assert_dense(&r.after, &model, w.hash_seed, &grown, "maintain");
     let now = read_only_stats(&path);
-    assert_dense(&now, &model, w.hash_seed, &w.base, "maintain (reopened)");
+    assert_dense(&now, &model, w.hash_seed, &grown, "maintain (reopened)");
     assert_eq!(
         r.after.file_bytes, now.file_bytes,
         "report: file bytes after"
@@ -578,15 +657,36 @@ fn run_workload(w: &Workload) {
     }
     open_matches_model(&path, &model, &keys, "after maintain");
 
-    // Maintenance into a new geometry.
+    // Plain maintenance: re-sized for the live tags, bucket sizes kept.
+    let resize = Geometry::sized(
+        model.len() as u64,
+        grown.blocks_per_primary,
+        grown.blocks_per_secondary,
+    );
+    let r = maintain_checked(&path, None, model.len() as u64, "maintain re-sizing");
+    assert_eq!(r.before.geometry, grown, "re-size: report: geometry before");
+    assert_rewrite(&r.after, &model, w.hash_seed, &resize, "maintain re-sizing");
+    let now = read_only_stats(&path);
+    assert_rewrite(
+        &now,
+        &model,
+        w.hash_seed,
+        &resize,
+        "maintain re-sizing (reopened)",
+    );
+    let resized = now.geometry;
+    open_matches_model(&path, &model, &keys, "after maintain re-sizing");
+
+    // Maintenance into a new geometry (its starting size: fewer buckets
+    // than the tags need split while copying).
     let r = maintain_checked(
         &path,
         Some(w.new_geometry),
         model.len() as u64,
         "maintain into a new geometry",
     );
-    assert_eq!(r.before.geometry, w.base);
-    assert_dense(
+    assert_eq!(r.before.geometry, resized);
+    assert_rewrite(
         &r.after,
         &model,
         w.hash_seed,
@@ -791,6 +891,167 @@ fn compaction_does_not_grow_allocated_bytes() {
         data_blocks * 4096,
         r.after.allocated_bytes.saturating_sub(data_blocks * 4096)
     );
+}
+
+/// Every FIND key of `model`.
+fn keys_of(model: &Model) -> Keys {
+    let mut keys = Keys::default();
+    for t in model {
+        keys.add(t);
+    }
+    keys
+}
+
+/// 20,000 distinct tags in a store created with no size hint (it grows
+/// from one bucket per half by splits): a subject and an object with 2,000
+/// tags each, the rest on Zipf-ish subjects. Deleting every other tag and
+/// running plain maintenance (re-sized for the live tags) must roughly
+/// halve the file: file and allocated bytes at most 0.65 x those after the
+/// load, exactly the remaining tags, `check()` clean.
+#[test]
+fn delete_half_then_maintain_roughly_halves_the_file() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("half.tags");
+    let s = Store::create(
+        &path,
+        &CreateOptions {
+            seed: Some(21),
+            ..CreateOptions::default()
+        },
+    )
+    .expect("create");
+    assert_eq!(s.geometry().primary_buckets_per_half, 1, "no size hint");
+    let mut rng = Rng(0x4A1F);
+    let mut model = Model::new();
+    let mut tags: Vec<Tag> = Vec::new();
+    let mut i = 0u64;
+    while model.len() < 20_000 {
+        let t = match i % 10 {
+            0 => Tag::new(format!("img{i}"), "isa", "popular"),
+            1 => Tag::new("album", "contains", format!("img{i}")),
+            _ => Tag::new(
+                format!("photo/{}/IMG_{i:06}.jpg", rng.below(500)),
+                RELS[rng.below(4) as usize],
+                format!("s{}", rng.zipf(2000)),
+            ),
+        };
+        if model.insert(t.clone()) {
+            tags.push(t);
+        }
+        i += 1;
+    }
+    rng.shuffle(&mut tags);
+    let (out, r) = s.insert_batch(tags.iter());
+    r.expect("insert_batch");
+    assert_eq!(out.changed, 20_000);
+    s.close().expect("close");
+    let loaded = read_only_stats(&path);
+    assert_eq!(loaded.tags, 20_000);
+    assert!(
+        loaded.geometry.primary_buckets_per_half > 100,
+        "the load did not grow the store: {:?}",
+        loaded.geometry
+    );
+
+    let s = Store::open(&path).expect("open");
+    let doomed: Vec<&Tag> = tags.iter().step_by(2).collect();
+    let (out, r) = s.delete_batch(doomed.iter().copied());
+    r.expect("delete_batch");
+    assert_eq!(out.changed, doomed.len() as u64);
+    for t in doomed {
+        model.remove(t);
+    }
+    s.close().expect("close");
+    assert_eq!(model.len(), 10_000);
+
+    let r = maintain_checked(&path, None, model.len() as u64, "maintain after deletes");
+    assert_eq!(
+        r.before.geometry, loaded.geometry,
+        "report: geometry before"
+    );
+    let now = read_only_stats(&path);
+    let live = Geometry::sized(
+        model.len() as u64,
+        loaded.geometry.blocks_per_primary,
+        loaded.geometry.blocks_per_secondary,
+    );
+    assert_rewrite(&now, &model, 21, &live, "maintain after deletes");
+    open_matches_model(&path, &model, &keys_of(&model), "after maintain");
+    for (name, after, before) in [
+        ("file bytes", now.file_bytes, loaded.file_bytes),
+        (
+            "allocated bytes",
+            now.allocated_bytes,
+            loaded.allocated_bytes,
+        ),
+    ] {
+        assert!(
+            after as f64 <= 0.65 * before as f64,
+            "{name}: {after} after maintenance, {before} after the load (ratio {:.3}); \
+             geometry {:?} -> {:?}",
+            after as f64 / before as f64,
+            loaded.geometry,
+            now.geometry
+        );
+    }
+}
+
+/// `keep_geometry: true` keeps the primary bucket count the store has now
+/// (grown by splits), even where plain maintenance would shrink it.
+#[test]
+fn keep_geometry_keeps_the_bucket_count() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("keep.tags");
+    let s = Store::create(
+        &path,
+        &CreateOptions {
+            seed: Some(8),
+            ..CreateOptions::default()
+        },
+    )
+    .expect("create");
+    let tags: Vec<Tag> = (0..6000)
+        .map(|i| Tag::new(format!("o{i}"), RELS[i % 4], format!("s{}", i % 300)))
+        .collect();
+    let (_, r) = s.insert_batch(tags.iter());
+    r.expect("insert_batch");
+    let (_, r) = s.delete_batch(tags.iter().filter(|t| !t.object.ends_with('0')));
+    r.expect("delete_batch");
+    let model: Model = tags
+        .iter()
+        .filter(|t| t.object.ends_with('0'))
+        .cloned()
+        .collect();
+    let grown = s.geometry();
+    s.close().expect("close");
+    assert!(grown.primary_buckets_per_half > 1, "{grown:?}");
+    let shrunk = Geometry::sized(
+        model.len() as u64,
+        grown.blocks_per_primary,
+        grown.blocks_per_secondary,
+    );
+    assert!(shrunk.primary_buckets_per_half < grown.primary_buckets_per_half);
+
+    let keep = MaintainOptions {
+        keep_geometry: true,
+        ..Default::default()
+    };
+    let r = maintain_with(&path, &keep, model.len() as u64, "keep_geometry");
+    assert_eq!(r.before.geometry, grown);
+    assert_eq!(
+        r.after.geometry, grown,
+        "keep_geometry changed the geometry"
+    );
+    assert_dense(&r.after, &model, 8, &grown, "keep_geometry");
+    open_matches_model(&path, &model, &keys_of(&model), "after keep_geometry");
+    assert_eq!(read_only_stats(&path).geometry, grown);
+
+    // Plain maintenance then re-sizes for the live tags.
+    let r = maintain_checked(&path, None, model.len() as u64, "plain");
+    assert_eq!(r.after.geometry, shrunk);
+    open_matches_model(&path, &model, &keys_of(&model), "after plain maintain");
 }
 
 /// Runs the CLI (stdin closed; a panic or a signal fails the test).
@@ -1018,6 +1279,11 @@ fn refused_arguments_leave_the_store_untouched() {
 
 /// The rewrite runs out of room half-way (the CLI under RLIMIT_FSIZE, the
 /// way a full disk stops it): the old store stays, the temporary file goes.
+///
+/// The limit is computed from exact file lengths, so the store is made in
+/// format 1 (`Store::create_format1`: fixed geometry, never splits) and its
+/// 600 peak tags stay in 20 buckets per half; the rewrite is a format-2
+/// store of `Geometry::sized(600, 1, 64)` (it does not split at that size).
 #[test]
 fn failed_rewrite_leaves_the_old_store() {
     use std::os::unix::process::CommandExt;
@@ -1029,7 +1295,7 @@ fn failed_rewrite_leaves_the_old_store() {
         blocks_per_primary: 1,
         blocks_per_secondary: 1,
     };
-    let s = Store::create(
+    let s = Store::create_format1(
         &path,
         &CreateOptions {
             expected_tags: 0,
@@ -1050,13 +1316,11 @@ fn failed_rewrite_leaves_the_old_store() {
     let len = std::fs::metadata(&path).expect("stat").len();
     let st = read_only_stats(&path);
     assert!(st.secondary_linked > 0);
+    assert_eq!((st.geometry, st.growth.format_version), (geo, 1));
     // The new geometry's first secondary bucket (64 blocks) ends past the
     // old file's end, so the copy must fail once the peak overflows.
-    let new = Geometry {
-        blocks_per_secondary: 64,
-        ..geo
-    };
-    assert!(new.file_len(1) > len);
+    let new = Geometry::sized(600, 1, 64);
+    assert!(new.file_len(1) > len, "{} <= {len}", new.file_len(1));
     let limit = len as libc::rlim_t;
     let mut cmd = Command::new(BIN);
     cmd.args([
@@ -1098,7 +1362,11 @@ fn failed_rewrite_leaves_the_old_store() {
         temp_path(&path).display()
     );
     let after = read_only_stats(&path);
-    assert_eq!(after.geometry, geo, "the failed run replaced the store");
+    assert_eq!(
+        (after.geometry, after.growth.format_version),
+        (geo, 1),
+        "the failed run replaced the store"
+    );
     open_matches_model(&path, &model, &keys, "after the failed run");
 }
 
@@ -1232,28 +1500,34 @@ fn sigkill_during_maintain_leaves_old_or_new_store() {
 
     // Each run re-hashes, so the geometry afterwards tells which side of the
     // rename a kill landed on. The first run, not killed, measures the time
-    // a whole run takes.
+    // a whole run takes. The store grew while loading (`geo0`); the runs
+    // alternate between the bucket count sized for the live tags and 1000
+    // more, both of which the copy fills without splitting, so a new store
+    // has exactly the target count.
+    let fit = Geometry::sized(
+        model.len() as u64,
+        geo0.blocks_per_primary,
+        geo0.blocks_per_secondary,
+    );
+    assert_ne!(fit.primary_buckets_per_half, geo0.primary_buckets_per_half);
     let other = |g: Geometry| {
-        if g.primary_buckets_per_half == geo0.primary_buckets_per_half / 2 {
-            geo0.primary_buckets_per_half + 1000
+        if g.primary_buckets_per_half == fit.primary_buckets_per_half {
+            fit.primary_buckets_per_half + 1000
         } else {
-            geo0.primary_buckets_per_half / 2
+            fit.primary_buckets_per_half
         }
     };
-    let run = |target: u32| {
+    let run_args = |args: &[&str]| {
         Command::new(BIN)
-            .args([
-                "maintain",
-                &path_s,
-                "--primary-buckets",
-                &target.to_string(),
-            ])
+            .args(["maintain", &path_s])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn maintain")
     };
+    let run = |target: u32| run_args(&["--primary-buckets", &target.to_string()]);
     let tmp = temp_path(&path);
     let started = Instant::now();
     let mut child = run(other(geo0));
@@ -1326,13 +1600,12 @@ fn sigkill_during_maintain_leaves_old_or_new_store() {
          ({mid_copy} mid-copy), the new one {new_side} times"
     );
 
-    // A complete run after the kills replaces any leftover temporary file.
-    let out = run(geo0.primary_buckets_per_half)
-        .wait_with_output()
-        .expect("wait");
+    // A complete plain run (re-sized for the live tags) after the kills
+    // replaces any leftover temporary file.
+    let out = run_args(&[]).wait_with_output().expect("wait");
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(!temp_path(&path).exists());
-    assert_eq!(verify("final run"), geo0);
+    assert_eq!(verify("final run"), fit);
     assert_eq!(read_only_stats(&path).holes, 0);
 }
 
@@ -1413,11 +1686,17 @@ fn cli_prints_table_and_json() {
         rows["allocated bytes"],
         (pre.allocated_bytes, now.allocated_bytes)
     );
-    assert_eq!(
-        now.geometry, pre.geometry,
-        "plain maintain changed the geometry"
+    // Plain maintain re-sizes for the live tags, keeping the bucket sizes.
+    let sized_live = Geometry::sized(
+        n,
+        pre.geometry.blocks_per_primary,
+        pre.geometry.blocks_per_secondary,
     );
-    assert_dense(&now, &model, 11, &pre.geometry, "CLI maintain");
+    assert_eq!(
+        now.geometry, sized_live,
+        "plain maintain did not re-size for the live tags"
+    );
+    assert_dense(&now, &model, 11, &sized_live, "CLI maintain");
 
     // --json, re-hashing into more primary buckets.
     let more = pre.geometry.primary_buckets_per_half * 2 + 1;
@@ -1441,15 +1720,27 @@ fn cli_prints_table_and_json() {
     );
     assert_eq!(
         j["before"]["geometry"]["primary_buckets_per_half"],
-        pre.geometry.primary_buckets_per_half
+        sized_live.primary_buckets_per_half
     );
     assert!(j["seconds"].as_f64().is_some_and(|s| s >= 0.0), "{j}");
     let now = read_only_stats(&path);
     assert_eq!(j["after"]["file_bytes"], now.file_bytes);
     assert_eq!(j["after"]["secondary_linked"], now.secondary_linked);
 
-    // --expected-tags keeps the bucket sizes; bucket sizes alone keep the
-    // primary bucket count.
+    // --keep-buckets keeps the bucket count (here the one just chosen).
+    let out = cli(&["maintain", p, "--json", "--keep-buckets"]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(j["before"]["geometry"]["primary_buckets_per_half"], more);
+    assert_eq!(j["after"]["geometry"]["primary_buckets_per_half"], more);
+    assert_eq!(j["after"]["holes"], 0, "{j}");
+    assert_eq!(
+        read_only_stats(&path).geometry.primary_buckets_per_half,
+        more
+    );
+
+    // --expected-tags keeps the bucket sizes; bucket sizes alone re-size for
+    // the live tags with the new sizes.
     let out = cli(&["maintain", p, "--json", "--expected-tags", "100000"]);
     assert!(out.status.success(), "{}", stderr_of(&out));
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -1473,11 +1764,7 @@ fn cli_prints_table_and_json() {
         "3",
     ]);
     assert!(out.status.success(), "{}", stderr_of(&out));
-    let want = Geometry {
-        blocks_per_primary: 2,
-        blocks_per_secondary: 3,
-        ..g
-    };
+    let want = Geometry::sized(n, 2, 3);
     let now = read_only_stats(&path);
     assert_eq!(now.geometry, want);
     assert_dense(&now, &model, 11, &want, "CLI bucket sizes");
