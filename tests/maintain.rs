@@ -5,15 +5,20 @@
 //!   of objects, a peak object with many subjects, Zipf-ish ordinary tags,
 //!   rare single-tag keys, tags of the maximum size, heavy random deletes,
 //!   refills; sometimes journaled (`OnSync`), sometimes dropped without a
-//!   close so that maintenance starts from an unclean store), then
-//!   `maintain` keeping the geometry and `maintain` into a new one (fewer or
-//!   more primary buckets, other bucket sizes). After each run the tag set
+//!   close so that maintenance starts from an unclean store; the store
+//!   grows by splits as the tags arrive), then `maintain` with
+//!   `keep_geometry` (the bucket count the store has grown to), plain
+//!   `maintain` (re-sized: `Geometry::sized(live tags, ...)`) and `maintain`
+//!   into a new geometry (fewer or more primary buckets, other bucket sizes;
+//!   a starting size too small for the tags splits while copying, and is
+//!   then only checked to have grown from it). After each run the tag set
 //!   equals the `BTreeSet` model, FIND agrees with the model in both
 //!   directions (including keys whose tags were all deleted), `check()` is
 //!   clean, and the layout is exactly the dense one the model predicts
 //!   (bucket loads computed with the public hash helpers and the store's
 //!   seed): no holes, no free secondary buckets, the minimal chain per bucket.
-//!   With the geometry unchanged the linked secondary buckets, the file
+//!   (Placement follows the store's growth state: linear hashing for
+//!   format 2.) With the bucket count kept the linked secondary buckets, the file
 //!   length and the written (non-zero) 4 KB blocks never grow, and no journal
 //!   is left. The store keeps working afterwards. (Allocated bytes have their
 //!   own test: on ext4 they can grow by a block even for a dense store.)
@@ -22,6 +27,9 @@
 //!   `after` the file as it is afterwards;
 //! - compaction of 100k tags never grows the allocated bytes (fails on ext4,
 //!   see `compaction_does_not_grow_allocated_bytes`);
+//! - deleting half of 20,000 tags in a store grown from one bucket, then
+//!   plain maintenance, at most 0.65 x the file and allocated bytes;
+//!   `keep_geometry` keeps the grown bucket count;
 //! - refusal: `Error::Locked` (and exit 1 from the CLI) while a writable or a
 //!   read-only handle in this process or a CLI writer in another process
 //!   holds the store, with the file byte-identical afterwards; an invalid
@@ -35,13 +43,16 @@
 //!   200k tags with holes, killed with SIGKILL 7 times: once at a random
 //!   moment before the copy starts, then at stratified random delays from the
 //!   start of the copy to 1.3 x the copy time of a measured complete run (so
-//!   before, around and after the rename). Every run re-hashes, so the
+//!   before, around and after the rename). Every run re-hashes (alternating
+//!   between the count sized for the tags and 1000 more, which the copy
+//!   fills without splitting), so the
 //!   geometry shows which side of the rename a kill landed on; every time the
 //!   store holds exactly the original tags, passes `check()`, and has either
 //!   the old or the new geometry. A final complete run replaces the leftover
 //!   temporary file. (Runs in /dev/shm when it has room: see
 //!   `crash_scratch_dir`.)
 //! - the CLI: the before/after table and `--json` (`after.holes == 0`,
+//!   plain runs re-size for the live tags, `--keep-buckets`,
 //!   `--primary-buckets`, `--expected-tags`, bucket size options).
 //!
 //! The tests run one at a time (`serial()`): an flock belongs to the open
