@@ -260,7 +260,13 @@ fn load_fixtures_and_export_round_trip() {
     let o = ok(run(&["stats", p, "--json"]));
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("stats --json is JSON");
     assert_eq!(j["tags"].as_u64(), Some(union.len() as u64), "{j}");
-    assert!(j["geometry"]["primary_buckets_per_half"].as_u64().expect("buckets") >= 8, "the store grows from 8: {j}");
+    assert!(
+        j["geometry"]["primary_buckets_per_half"]
+            .as_u64()
+            .expect("buckets")
+            >= 8,
+        "the store grows from 8: {j}"
+    );
     assert_eq!(j["geometry"]["blocks_per_primary"].as_u64(), Some(1));
     assert_eq!(j["geometry"]["blocks_per_secondary"].as_u64(), Some(2));
     assert!(j["secondary_linked"].as_u64().expect("secondary_linked") > 0);

@@ -175,7 +175,11 @@ fn format_v2_fixture_opens_and_answers() {
         assert!(s.check().expect("check").ok());
         assert!(s.geometry().primary_buckets_per_half > PER_HALF, "it grew");
     }
-    assert_eq!(std::fs::read(&p).expect("read"), orig, "read-only open wrote");
+    assert_eq!(
+        std::fs::read(&p).expect("read"),
+        orig,
+        "read-only open wrote"
+    );
     let s = Store::open(&p).expect("open writable");
     let extra = Tag::new("v2-extra", "isa", "new");
     assert!(s.insert(&extra).expect("insert"));
@@ -201,9 +205,13 @@ fn maintain_upgrades_format_1_to_format_2() {
     assert_eq!(sorted_tags(&s), expected());
     let before = s.geometry().primary_buckets_per_half;
     for i in 0..2000 {
-        s.insert(&Tag::new(format!("grow{i}"), "isa", "x")).expect("insert");
+        s.insert(&Tag::new(format!("grow{i}"), "isa", "x"))
+            .expect("insert");
     }
-    assert!(s.geometry().primary_buckets_per_half > before, "upgraded store grows");
+    assert!(
+        s.geometry().primary_buckets_per_half > before,
+        "upgraded store grows"
+    );
     assert!(s.check().expect("check").ok());
 }
 

@@ -46,7 +46,7 @@ fn reopen_unclean(store: Store, path: &Path) -> Store {
 /// recovered) and inserts `tags` one call each, every one new; returns the
 /// store and the set of tags it holds.
 fn populated(path: &Path, opts: &CreateOptions, tags: Vec<Tag>) -> (Store, BTreeSet<Tag>) {
-    let store = Store::create(path, opts).expect("create");
+    let store = Store::create_format1(path, opts).expect("create");
     assert!(!store.recovered_on_open(), "a new store marked recovered");
     for t in &tags {
         assert!(store.insert(t).expect("insert"), "{t:?} was already there");
@@ -173,7 +173,7 @@ fn setup(path: &Path, place: Place, insert: bool) -> (Store, BTreeSet<Tag>, Tag)
         Place::Primary | Place::NewSecondary | Place::SecondaryHole => {
             // One bucket per half: every tag lands in the same chain, in
             // insertion order, in both halves.
-            let store = Store::create(path, &opts(1, 21)).expect("create");
+            let store = Store::create_format1(path, &opts(1, 21)).expect("create");
             let n = match (place, insert) {
                 (Place::Primary, true) => 10,
                 (Place::Primary, false) => 11,
@@ -207,7 +207,7 @@ fn setup(path: &Path, place: Place, insert: bool) -> (Store, BTreeSet<Tag>, Tag)
         Place::Mixed => {
             // "hot" overflows its subject-half bucket; the objects spread
             // over eight object-half buckets and stay in primary buckets.
-            let store = Store::create(path, &opts(8, 22)).expect("create");
+            let store = Store::create_format1(path, &opts(8, 22)).expect("create");
             let tags: Vec<Tag> = (0..40)
                 .map(|i| Tag::new(format!("m{i}"), "isa", "hot"))
                 .collect();
@@ -340,7 +340,7 @@ fn crash_at_each_delete_step() {
 fn crash_in_the_middle_of_a_batch() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("batch.tags");
-    let store = Store::create(&path, &opts(2, 31)).expect("create");
+    let store = Store::create_format1(&path, &opts(2, 31)).expect("create");
     let tags: Vec<Tag> = (0..50)
         .map(|i| Tag::new(format!("b{i}"), "in", format!("set{}", i % 2)))
         .collect();

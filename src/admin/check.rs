@@ -91,14 +91,14 @@ impl Store {
             let (want_kind, bucket_desc) = match geo.block_at(b) {
                 BlockAt::Meta => continue,
                 BlockAt::Primary { g, .. } => {
-                if blk.owner() != g || blk.ordinal() != 0 {
-                    r.fault(format!(
-                        "block {b}: header names bucket {} but lies in primary bucket {g}",
-                        blk.owner()
-                    ));
-                    continue;
-                }
-                (KIND_PRIMARY, format!("primary bucket {g}"))
+                    if blk.owner() != g || blk.ordinal() != 0 {
+                        r.fault(format!(
+                            "block {b}: header names bucket {} but lies in primary bucket {g}",
+                            blk.owner()
+                        ));
+                        continue;
+                    }
+                    (KIND_PRIMARY, format!("primary bucket {g}"))
                 }
                 BlockAt::Secondary { s, .. } => (KIND_SECONDARY, format!("secondary bucket {s}")),
             };

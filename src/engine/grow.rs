@@ -7,8 +7,7 @@ use crate::error::{Error, Result};
 use crate::format::hash::{key_hash, tag_hash};
 use crate::format::tag::{decode, used_prefix};
 use crate::format::{
-    BlockAt, Half, Intent, IntentOp, Layout, SlotAddr, SlotBytes, BLOCK_SIZE, NONE,
-    SLOTS_PER_BLOCK,
+    BlockAt, Half, Intent, IntentOp, Layout, SlotAddr, SlotBytes, BLOCK_SIZE, NONE, SLOTS_PER_BLOCK,
 };
 use crate::index::{ChainWalk, Found};
 use std::collections::HashSet;
@@ -145,7 +144,8 @@ impl State {
             for m in &moving {
                 if !present.contains(&m.slot) {
                     let plan = self.plan(gn)?;
-                    self.pager.put_slot(plan.addr, plan.id, &m.slot, m.kfp, m.tfp)?;
+                    self.pager
+                        .put_slot(plan.addr, plan.id, &m.slot, m.kfp, m.tfp)?;
                     self.commit_insert(gn, &plan, m.kfp, m.th);
                 }
                 self.pager.clear_slot(m.from.addr)?;
@@ -154,6 +154,7 @@ impl State {
             if !moving.is_empty() {
                 self.index.accel.forget_chain(go);
                 self.index.open_hint[go as usize] = NONE;
+                self.pull_into_primary(go, &l)?;
                 self.unlink_empty_tail(go)?;
             }
         }
@@ -237,6 +238,80 @@ impl State {
         Ok(out)
     }
 
+    /// Refills the primary bucket of chain `g`, emptied by a split, with the
+    /// tags of its last secondary buckets, so that they empty and go back
+    /// to the free list. A tag the primary bucket already holds (a redone
+    /// split that was killed between the two writes) is only cleared.
+    fn pull_into_primary(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let seed = self.index.seed();
+        let cap = l.primary_capacity();
+        let mut held: Option<HashSet<SlotBytes>> = None;
+        loop {
+            let pe = self.index.tables.primary[g as usize].clone();
+            if pe.used >= cap || pe.tail == NONE {
+                return Ok(());
+            }
+            let s = pe.tail;
+            let first = l.secondary_start(s);
+            let mut tail = Vec::new();
+            for b in first..first + l.blocks_per_secondary as u64 {
+                let blk = self.pager.block(b)?;
+                for i in blk.occupied_slots() {
+                    let slot: SlotBytes = blk
+                        .slot(i)
+                        .try_into()
+                        .map_err(|_| Error::corrupt(format!("block {b}: short slot {i}")))?;
+                    tail.push(Moving {
+                        from: Found {
+                            addr: SlotAddr {
+                                block: b,
+                                slot: i as u32,
+                            },
+                            sec: Some(s),
+                        },
+                        slot,
+                        kfp: blk.key_fp(i),
+                        tfp: blk.tag_fp(i),
+                        th: tag_hash(seed, used_prefix(&slot)),
+                    });
+                }
+            }
+            if tail.len() as u64 > (cap - pe.used) as u64 {
+                // The tail bucket would not empty: leave the chain as it is.
+                return Ok(());
+            }
+            if held.is_none() {
+                held = Some(self.primary_slots(g, l)?);
+            }
+            for m in &tail {
+                if !held.as_ref().is_some_and(|h| h.contains(&m.slot)) {
+                    let plan = self.plan(g)?;
+                    self.pager
+                        .put_slot(plan.addr, plan.id, &m.slot, m.kfp, m.tfp)?;
+                    self.commit_insert(g, &plan, m.kfp, m.th);
+                }
+                self.pager.clear_slot(m.from.addr)?;
+                self.commit_delete(g, &m.from, m.th);
+            }
+            self.unlink_empty_tail(g)?;
+        }
+    }
+
+    /// The tags primary bucket `g` holds.
+    fn primary_slots(&self, g: u32, l: &Layout) -> Result<HashSet<SlotBytes>> {
+        let mut out = HashSet::new();
+        let n = self.index.accel.extent(g, l, &self.pager)?;
+        for b in l.primary_start(g)..l.primary_start(g) + n as u64 {
+            let blk = self.pager.block(b)?;
+            for i in blk.occupied_slots() {
+                if let Ok(s) = SlotBytes::try_from(blk.slot(i)) {
+                    out.insert(s);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Every tag chain `g` holds (a redone split's new chain).
     fn chain_slots(&self, g: u32) -> Result<HashSet<SlotBytes>> {
         let mut out = HashSet::new();
@@ -270,7 +345,8 @@ impl State {
             }
             // Backed already: a later link must not zero-fill it again
             // around the journal.
-            self.pager.mark_reserved(first, l.blocks_per_secondary as u64);
+            self.pager
+                .mark_reserved(first, l.blocks_per_secondary as u64);
             let prev = self
                 .index
                 .tables

@@ -22,10 +22,13 @@ pub(crate) use state::State;
 
 use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
-use crate::format::{Geometry, Intent, IntentOp, Layout, Superblock, INTENT_BLOCK, BLOCK_SIZE, SUPERBLOCK_BLOCK};
+use crate::format::{
+    Geometry, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, INTENT_BLOCK, SUPERBLOCK_BLOCK,
+};
 use crate::index::{Index, Tables};
 use crate::pager::{
-    is_no_space, journal_images, journal_pending, replay_journal, MappedFile, Pager,
+    is_no_space, journal_images, journal_pending, journal_superblock, replay_journal, MappedFile,
+    Pager,
 };
 use crate::side::{remove_if_present, resolve, temporaries};
 use std::collections::HashMap;
@@ -179,27 +182,20 @@ impl Store {
 
     fn open_with(path: &Path, writable: bool, wait: Option<Duration>) -> Result<Store> {
         let mut file = MappedFile::open(path, writable, wait)?;
-        let mut sb = Superblock::decode(file.block(SUPERBLOCK_BLOCK)?)?
-            .ok_or_else(|| Error::NotAStore(path.to_path_buf()))?;
+        let mut sb = match Superblock::decode(file.block(SUPERBLOCK_BLOCK)?) {
+            Ok(Some(sb)) => sb,
+            // A power cut after a commit applied the superblock (a split
+            // changed it) can garble it; the journal holds the image.
+            r @ (Ok(None) | Err(Error::Corrupt(_))) => match journal_superblock(path)? {
+                Some(sb) => sb,
+                None => {
+                    r?;
+                    return Err(Error::NotAStore(path.to_path_buf()));
+                }
+            },
+            Err(e) => return Err(e),
+        };
         let mut geo = sb.layout;
-        let base = geo.file_len(0);
-        if file.len() < base {
-            return Err(Error::corrupt(format!(
-                "file is truncated: {} bytes, its geometry needs at least {base}",
-                file.len()
-            )));
-        }
-        // Secondary buckets are never removed while a store is open, so the
-        // count recorded at the last open (or clean close) is a lower bound.
-        // (A missing table image is no loss: the tables are rebuilt.)
-        let need = geo.file_len(sb.secondary_count);
-        if file.len() < need {
-            return Err(Error::corrupt(format!(
-                "file is truncated: {} bytes, but the superblock's {} secondary buckets need {need}",
-                file.len(),
-                sb.secondary_count,
-            )));
-        }
         // A read-only open never writes: what recovery would write (the
         // journal's images, the redone intent) is kept in memory instead.
         let mut overlay = HashMap::new();
@@ -221,6 +217,27 @@ impl Store {
                 sb.layout = s.layout;
                 geo = s.layout;
             }
+        }
+        // Checked once the journal is replayed: a power cut may have lost a
+        // growth of the file that the journal restores.
+        let have = file.len().max(blocks * BLOCK_SIZE as u64);
+        let base = geo.file_len(0);
+        if have < base {
+            return Err(Error::corrupt(format!(
+                "file is truncated: {} bytes, its geometry needs at least {base}",
+                have
+            )));
+        }
+        // Secondary buckets are never removed while a store is open, so the
+        // count recorded at the last open (or clean close) is a lower bound.
+        // (A missing table image is no loss: the tables are rebuilt.)
+        let need = geo.file_len(sb.secondary_count);
+        if have < need {
+            return Err(Error::corrupt(format!(
+                "file is truncated: {} bytes, but the superblock's {} secondary buckets need {need}",
+                have,
+                sb.secondary_count,
+            )));
         }
         let split = match Intent::decode(file.block(INTENT_BLOCK)?) {
             Some(i) if i.op == IntentOp::Split && !sb.clean() => Some(i.object_identity),
@@ -244,6 +261,9 @@ impl Store {
             None => {
                 let sec = recovery::secondary_count(&file, &sb, blocks);
                 if writable {
+                    if split.is_some() {
+                        recovery::repair_split(&mut file, &geo, sb.seed, blocks)?;
+                    }
                     recovery::recover_intent(&mut file, &geo, sb.seed)?;
                     pager = Pager::new(file, geo, sb.seed, path);
                 } else {

@@ -5,9 +5,8 @@ use crate::error::{Error, Result};
 use crate::format::hash::{key_fp, key_hash, tag_fp};
 use crate::format::tag::decode;
 use crate::format::{
-    BlockAt,
-    BlockMut, Layout, Half, Intent, IntentOp, SlotAddr, Superblock, BLOCK_SIZE, INTENT_BLOCK,
-    INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK,
+    BlockAt, BlockMut, BlockRef, Half, Intent, IntentOp, Layout, SlotAddr, Superblock, BLOCK_SIZE,
+    INTENT_BLOCK, INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK,
 };
 use crate::index::{Tables, TABLE_MAGIC};
 use crate::pager::MappedFile;
@@ -76,6 +75,46 @@ pub fn intent_redo(
     cleared[..INTENT_LEN].fill(0);
     out.push((INTENT_BLOCK, cleared));
     Ok(out)
+}
+
+/// Repairs the blocks a bucket split killed mid-write may have left torn
+/// (mapped mode: a slot or a zeroing written, the checksum not yet): a slot
+/// is kept only when it is marked occupied, decodes and hashes to its
+/// fingerprint; a block whose header was zeroed is zeroed whole. The split
+/// is then finished (`State::redo_split`): a tag dropped here from one chain
+/// is still in the other. Returns the blocks repaired.
+pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64) -> Result<u64> {
+    let mut fixed = 0;
+    for b in INTENT_BLOCK + 1..blocks {
+        let raw = file.block(b)?;
+        let r = BlockRef(raw);
+        let zero_header = r.is_unwritten();
+        if r.crc_ok() || (zero_header && raw.iter().all(|&x| x == 0)) {
+            continue;
+        }
+        let mut img: Box<[u8]> = raw.into();
+        let mut m = BlockMut(&mut img);
+        if zero_header {
+            m.0.fill(0);
+        } else {
+            let half = geo.half_of(m.as_ref().owner());
+            for i in 0..SLOTS_PER_BLOCK {
+                let blk = m.as_ref();
+                let keep = blk.occupied(i)
+                    && decode(blk.slot(i)).is_some_and(|v| {
+                        key_fp(key_hash(seed, half, v.relationship, v.key_name(half)))
+                            == blk.key_fp(i)
+                    });
+                if !keep {
+                    m.clear(i);
+                }
+            }
+            m.seal();
+        }
+        file.block_mut(b)?.copy_from_slice(&img);
+        fixed += 1;
+    }
+    Ok(fixed)
 }
 
 /// Redoes the recorded operation in the file and clears the intent record.

@@ -188,7 +188,6 @@ impl Layout {
         }
     }
 
-
     /// Global primary bucket index of half-local bucket `b`.
     #[inline]
     pub fn global(&self, half: Half, b: u32) -> u32 {
@@ -222,7 +221,6 @@ impl Layout {
             (0, self.primary_buckets(), 2)
         }
     }
-
 
     /// Segment holding half-local bucket `b`, and its first bucket.
     fn seg_of(&self, b: u32) -> (usize, u32) {
@@ -355,7 +353,6 @@ impl Layout {
             self.derive();
         }
     }
-
 
     /// Moves the split pointer past the bucket just split.
     pub fn advance_split(&mut self) {

@@ -116,14 +116,23 @@ impl Superblock {
         let layout = if version == 1 {
             Layout::v1(geometry)
         } else {
-            let starts: Vec<u64> = (0..MAX_SEGMENTS).map(|k| rd64(b, SEG_OFF + 8 * k)).collect();
+            let starts: Vec<u64> = (0..MAX_SEGMENTS)
+                .map(|k| rd64(b, SEG_OFF + 8 * k))
+                .collect();
             let segments = rd32(b, 84);
             if segments == 0 || segments as usize > MAX_SEGMENTS {
                 return Err(Error::corrupt(format!(
                     "superblock names {segments} primary segments"
                 )));
             }
-            let l = Layout::build(version, geometry, rd32(b, 76), rd32(b, 80), segments, &starts);
+            let l = Layout::build(
+                version,
+                geometry,
+                rd32(b, 76),
+                rd32(b, 80),
+                segments,
+                &starts,
+            );
             if let Some(why) = l.inconsistency() {
                 return Err(Error::corrupt(format!("superblock growth state: {why}")));
             }

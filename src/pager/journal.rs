@@ -81,6 +81,12 @@ impl Journal {
         self.log.len()
     }
 
+    /// The hash seed the journal's first commit names, if it has one.
+    pub fn first_seed(&mut self) -> Result<Option<u64>> {
+        let data = self.log.read_all()?;
+        Ok((data.len() >= HEADER && &data[0..4] == MAGIC).then(|| rd64(&data, 8)))
+    }
+
     /// Reads every complete, valid commit from the start; stops at the first
     /// torn or foreign one.
     pub fn read_commits(&mut self) -> Result<Vec<Commit>> {

@@ -18,7 +18,7 @@ pub use commit::SyncPoint;
 pub use commit::{Durability, SyncHook};
 pub use file::{is_no_space, MappedFile, SeqReader};
 pub use journal::journal_path;
-pub use replay::{journal_images, journal_pending, replay_journal};
+pub use replay::{journal_images, journal_pending, journal_superblock, replay_journal};
 pub use write::Identity;
 
 use crate::error::{Error, Result};

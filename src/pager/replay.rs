@@ -60,6 +60,32 @@ fn needed_len(commits: &[Commit], geo: &Layout, path: &Path, file_len: u64) -> R
     Ok(file_len.max(layout.len_covering(top)))
 }
 
+/// The last superblock image the journal beside `path` holds, if any: a
+/// power cut may garble the store file's superblock after a commit applied
+/// it, and the journal then has the image to restore.
+pub fn journal_superblock(path: &Path) -> Result<Option<Superblock>> {
+    let Some(mut j) = Journal::open_read_only(path, 0)? else {
+        return Ok(None);
+    };
+    let Some(seed) = j.first_seed()? else {
+        return Ok(None);
+    };
+    let Some(mut j) = Journal::open_read_only(path, seed)? else {
+        return Ok(None);
+    };
+    let mut found = None;
+    for c in j.read_commits()? {
+        for (n, img) in c.blocks {
+            if n == SUPERBLOCK_BLOCK {
+                if let Ok(Some(sb)) = Superblock::decode(&img) {
+                    found = Some(sb);
+                }
+            }
+        }
+    }
+    Ok(found.filter(|sb| sb.seed == seed))
+}
+
 /// Replays every complete commit of the journal into the store file, then
 /// flushes the file and empties the journal. Returns the commits replayed.
 pub fn replay_journal(

@@ -90,7 +90,8 @@ impl Pager {
     pub fn log_superblock(&mut self, sb: &Superblock) -> Result<()> {
         self.tick()?;
         let img = sb.encode();
-        self.block_for_write(SUPERBLOCK_BLOCK)?.copy_from_slice(&img);
+        self.block_for_write(SUPERBLOCK_BLOCK)?
+            .copy_from_slice(&img);
         Ok(())
     }
 

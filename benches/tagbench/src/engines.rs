@@ -24,7 +24,14 @@ fn txns(tags: &[Tag]) -> std::slice::Chunks<'_, Tag> {
 }
 
 /// The names `open` knows, in the default column order.
-pub const ENGINES: [&str; 5] = ["tagstore", "sqlite", "redb", "lmdb", "fjall"];
+pub const ENGINES: [&str; 6] = [
+    "tagstore",
+    "tagstore-grown",
+    "sqlite",
+    "redb",
+    "lmdb",
+    "fjall",
+];
 
 /// The visitor a FIND hands each result to (the subject or object, as bytes).
 pub type Visit<'a> = &'a mut dyn FnMut(&[u8]);
@@ -112,6 +119,15 @@ pub fn open(name: &str, dir: &Path, opts: &CreateOptions) -> Result<Box<dyn Engi
     std::fs::create_dir_all(dir)?;
     Ok(match name {
         "tagstore" => Box::new(Tagstore::create(dir, opts)?),
+        // The same engine created with no size hint: it grows by splits.
+        "tagstore-grown" => Box::new(Tagstore::create(
+            dir,
+            &CreateOptions {
+                expected_tags: 0,
+                primary_buckets_per_half: None,
+                ..opts.clone()
+            },
+        )?),
         "sqlite" => Box::new(Sqlite::create(dir)?),
         "redb" => Box::new(Redb::create(dir)?),
         "lmdb" => Box::new(Lmdb::create(dir)?),

@@ -53,6 +53,11 @@ pub struct Args {
     /// Seed of the synthetic data (or of the file data's load order) and of the workloads.
     #[arg(long, default_value_t = 20_240_601)]
     seed: u64,
+    /// Create the tagstore store with no size hint (it grows from one
+    /// bucket per half), as a user who does not know the load would; by
+    /// default it is pre-sized for the load (`--expected-tags`).
+    #[arg(long)]
+    no_size_hint: bool,
     /// Directory for the engines' files (a fresh temporary directory inside it).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -375,6 +380,14 @@ fn compare(args: &Args) -> Result<()> {
         ..Default::default()
     };
     let geo = opts.geometry();
+    let store_opts = if args.no_size_hint {
+        CreateOptions {
+            expected_tags: 0,
+            ..opts.clone()
+        }
+    } else {
+        opts.clone()
+    };
     let (tags, plants) = ds.with_plants(
         STORE_SEED,
         geo.primary_buckets_per_half,
@@ -537,7 +550,7 @@ fn compare(args: &Args) -> Result<()> {
     };
     for name in &names {
         b.engines
-            .push(engines::open(name, &base.path().join(name), &opts)?);
+            .push(engines::open(name, &base.path().join(name), &store_opts)?);
     }
     eprintln!("bulk load of {} tags", tags.len());
     let mut acc = accs(ne);
