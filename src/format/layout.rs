@@ -122,7 +122,7 @@ impl Layout {
         let bs = self.blocks_per_secondary as u64;
         for k in 1..self.segments as usize {
             let end = self.seg_end(k - 1);
-            if self.seg_start[k] < end || (self.seg_start[k] - end) % bs != 0 {
+            if self.seg_start[k] < end || !(self.seg_start[k] - end).is_multiple_of(bs) {
                 return Some(format!("primary segment {k} overlaps or misaligns"));
             }
         }
