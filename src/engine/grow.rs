@@ -9,13 +9,13 @@ use crate::format::tag::{decode, used_prefix};
 use crate::format::{
     BlockAt, Half, Intent, IntentOp, Layout, SlotAddr, SlotBytes, BLOCK_SIZE, NONE, SLOTS_PER_BLOCK,
 };
-use crate::index::{ChainWalk, Found};
+use crate::index::{filter_add, ChainWalk, Found};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
 /// Mean primary fill (tags per half ÷ primary slots per half) past which
 /// an INSERT splits a bucket.
-pub const SPLIT_FILL: f64 = 0.75;
+pub const SPLIT_FILL: f64 = 0.7;
 
 /// Most splits one INSERT makes (splits postponed while readers stream
 /// results are caught up a few at a time).
@@ -154,8 +154,10 @@ impl State {
             if !moving.is_empty() {
                 self.index.accel.forget_chain(go);
                 self.index.open_hint[go as usize] = NONE;
+                self.pack_primary(go, &l)?;
                 self.pull_into_primary(go, &l)?;
                 self.unlink_empty_tail(go)?;
+                self.refilter(go, &l)?;
             }
         }
         Ok(())
@@ -295,6 +297,94 @@ impl State {
             }
             self.unlink_empty_tail(g)?;
         }
+    }
+
+    /// Packs primary bucket `g`, emptied by a split, into its first blocks:
+    /// tags in blocks past the ones its count needs move into the holes of
+    /// the first, and the emptied blocks are zeroed, so a FIND reads fewer
+    /// blocks. A tag the first blocks already hold (a redone split) is only
+    /// cleared.
+    fn pack_primary(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let used = self.index.tables.primary[g as usize].used as u64;
+        let keep = used.div_ceil(SLOTS_PER_BLOCK as u64) as u32;
+        let extent = self.index.accel.extent(g, l, &self.pager)?;
+        if keep >= extent {
+            return Ok(());
+        }
+        let start = l.primary_start(g);
+        let mut late = Vec::new();
+        for b in start + keep as u64..start + extent as u64 {
+            let blk = self.pager.block(b)?;
+            for i in blk.occupied_slots() {
+                let slot: SlotBytes = blk
+                    .slot(i)
+                    .try_into()
+                    .map_err(|_| Error::corrupt(format!("block {b}: short slot {i}")))?;
+                late.push((b, i, slot, blk.key_fp(i), blk.tag_fp(i)));
+            }
+        }
+        let mut held = HashSet::new();
+        let mut free = Vec::new();
+        for b in start..start + keep as u64 {
+            let blk = self.pager.block(b)?;
+            for i in 0..SLOTS_PER_BLOCK {
+                if blk.occupied(i) {
+                    if let Ok(s) = SlotBytes::try_from(blk.slot(i)) {
+                        held.insert(s);
+                    }
+                } else {
+                    free.push(SlotAddr {
+                        block: b,
+                        slot: i as u32,
+                    });
+                }
+            }
+        }
+        let mut free = free.into_iter();
+        for (b, i, slot, kfp, tfp) in late {
+            if !held.contains(&slot) {
+                let Some(to) = free.next() else {
+                    return Ok(());
+                };
+                let id = crate::pager::Identity {
+                    kind: crate::format::KIND_PRIMARY,
+                    owner: g,
+                    ordinal: 0,
+                };
+                self.pager.put_slot(to, id, &slot, kfp, tfp)?;
+            }
+            self.pager.clear_slot(SlotAddr {
+                block: b,
+                slot: i as u32,
+            })?;
+        }
+        for b in start + keep as u64..start + extent as u64 {
+            if !self.pager.block(b)?.is_unwritten() {
+                self.pager.zero_block(b)?;
+            }
+        }
+        // Backed already: a later write must not zero-fill around the journal.
+        self.pager.mark_reserved(start, extent as u64);
+        self.index.accel.set_extent(g, keep);
+        Ok(())
+    }
+
+    /// Recomputes the key filters of chain `g`'s secondary buckets from the
+    /// tags left in them, so FINDs of keys that moved out skip them.
+    fn refilter(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let chain: Vec<u32> = self.index.tables.chain(g).map(|(s, _)| s).collect();
+        for s in chain {
+            let mut f = [0u64; 4];
+            let first = l.secondary_start(s);
+            for b in first..first + l.blocks_per_secondary as u64 {
+                let blk = self.pager.block(b)?;
+                for i in blk.occupied_slots() {
+                    filter_add(&mut f, blk.key_fp(i));
+                }
+            }
+            self.index.tables.secondary[s as usize].filter = f;
+        }
+        Ok(())
     }
 
     /// The tags primary bucket `g` holds.

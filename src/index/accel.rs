@@ -192,6 +192,13 @@ impl Accel {
         }
     }
 
+    /// Records that primary bucket `g` now holds data in its first `n` blocks only.
+    pub fn set_extent(&mut self, g: u32, n: u32) {
+        if let (Some(cell), Ok(v)) = (self.extent.get(g as usize), u8::try_from(n + 1)) {
+            cell.store(v, Ordering::Relaxed);
+        }
+    }
+
     /// Drops what is known of chain `g` (a split moved its tags away).
     pub fn forget_chain(&mut self, g: u32) {
         let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
