@@ -276,7 +276,7 @@ fn assert_rewrite(after: &Stats, model: &Model, seed: u64, start: &Geometry, wha
             && after.geometry.blocks_per_primary == start.blocks_per_primary
             && after.geometry.blocks_per_secondary == start.blocks_per_secondary
             && after.growth.base_buckets_per_half == start.primary_buckets_per_half
-            && model.len() as f64 > 0.75 * slots,
+            && model.len() as f64 + 1.0 > after.growth.split_fill * slots,
         "{what}: started at {start:?} for {} tags, now {:?} ({:?})",
         model.len(),
         after.geometry,

@@ -71,9 +71,10 @@ impl State {
         // INSERT that wanted it) and leaves the store as it was.
         let mut after = l;
         after.advance_split();
+        let mut moving = [Vec::new(), Vec::new()];
         for h in Half::BOTH {
-            let n = self.count_moving(l.global(h, old), h, new, &after)?;
-            self.reserve_chain(l.global(h, new), n)?;
+            moving[h.index()] = self.collect_moving(l.global(h, old), h, new, &after)?;
+            self.reserve_chain(l.global(h, new), moving[h.index()].len() as u64)?;
         }
         let level = l.level;
         // From here a failure leaves a split half done: the handle is
@@ -88,7 +89,7 @@ impl State {
                 tag: [0; crate::format::tag::SLOT_SIZE],
             })?;
             self.set_layout(after)?;
-            self.move_split(old, level, false)?;
+            self.move_split(old, level, Some(moving))?;
             self.pager.clear_intent()
         })();
         if r.is_err() {
@@ -123,19 +124,26 @@ impl State {
             l.advance_split();
             self.set_layout(l)?;
         }
-        self.move_split(old, level, true)?;
+        self.move_split(old, level, None)?;
         self.pager.clear_intent()
     }
 
     /// Moves, in both halves, every tag of bucket `old`'s chain whose key
     /// now hashes to the bucket split from it. With `redo`, a tag the new
     /// chain already holds is only removed from the old one.
-    fn move_split(&mut self, old: u32, level: u32, redo: bool) -> Result<()> {
+    /// `known`: the tags to move, collected just before (a fresh split);
+    /// `None` collects them and checks the new chain first (a redo).
+    fn move_split(&mut self, old: u32, level: u32, known: Option<[Vec<Moving>; 2]>) -> Result<()> {
         let l = self.index.geometry();
         let new = old + (l.base << level);
+        let redo = known.is_none();
+        let mut known = known.map(|[o, s]| [Some(o), Some(s)]);
         for h in Half::BOTH {
             let (go, gn) = (l.global(h, old), l.global(h, new));
-            let moving = self.collect_moving(go, h, new, &l)?;
+            let moving = match known.as_mut().and_then(|k| k[h.index()].take()) {
+                Some(m) => m,
+                None => self.collect_moving(go, h, new, &l)?,
+            };
             let present = if redo {
                 self.chain_slots(gn)?
             } else {
@@ -161,11 +169,6 @@ impl State {
             }
         }
         Ok(())
-    }
-
-    /// How many tags of chain `g` (half `h`) hash to bucket `new` under `after`.
-    fn count_moving(&self, g: u32, h: Half, new: u32, after: &Layout) -> Result<u64> {
-        Ok(self.collect_moving(g, h, new, after)?.len() as u64)
     }
 
     /// Backs the blocks a new chain `g` of `n` tags will take with disk space.
