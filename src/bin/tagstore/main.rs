@@ -3,6 +3,7 @@
 mod load;
 mod out;
 mod progress;
+mod serve;
 
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -137,6 +138,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the store over the Redis protocol (RESP2): each key a set of
+    /// subjects (`o:<len>:<rel>:<object>`) or objects (`s:<len>:<rel>:<subject>`).
+    Serve(serve::ServeArgs),
     /// Verify checksums and invariants; exits 1 on any fault.
     Check {
         /// Store file.
@@ -464,6 +468,8 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             }
             finish(out, ExitCode::SUCCESS)
         }
+        // Prints only its `listening on ADDR` line, itself, at once.
+        Cmd::Serve(a) => serve::run(a),
         Cmd::Check { store, json } => {
             let s = open_ro(&store)?;
             let r = s.check()?;
