@@ -30,7 +30,12 @@ pub struct Effect {
 }
 
 /// Runs one request and appends its reply to `out`.
-pub fn execute(ctx: &Context<'_>, session: &mut Session, args: &[Vec<u8>], out: &mut Vec<u8>) -> Effect {
+pub fn execute(
+    ctx: &Context<'_>,
+    session: &mut Session,
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Effect {
     let mut effect = Effect::default();
     let Some((name, rest)) = args.split_first() else {
         return effect;
@@ -66,7 +71,10 @@ pub fn execute(ctx: &Context<'_>, session: &mut Session, args: &[Vec<u8>], out: 
         }
     };
     if !arity_ok {
-        resp::error(out, &format!("ERR wrong number of arguments for '{name}' command"));
+        resp::error(
+            out,
+            &format!("ERR wrong number of arguments for '{name}' command"),
+        );
         return effect;
     }
     match name.as_str() {
@@ -116,13 +124,22 @@ impl From<tagstore::Error> for Failure {
 
 /// The set commands; `rest` has been checked for arity. Every argument is
 /// checked before the first write, so a refused request changes nothing.
-fn set_command(store: &Store, name: &str, rest: &[Vec<u8>], out: &mut Vec<u8>) -> Result<(), Failure> {
+fn set_command(
+    store: &Store,
+    name: &str,
+    rest: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
     let key = keys::parse_key(&rest[0])?;
     let args = &rest[1..];
     match name {
         "sadd" | "srem" => {
             let members = utf8_all(args)?;
-            let change = if name == "sadd" { Change::Add } else { Change::Remove };
+            let change = if name == "sadd" {
+                Change::Add
+            } else {
+                Change::Remove
+            };
             if change == Change::Add {
                 // Refuse an oversized tag before writing any member.
                 for m in &members {
@@ -177,7 +194,12 @@ fn utf8_all(args: &[Vec<u8>]) -> Result<Vec<&str>, String> {
 }
 
 /// `SSCAN key cursor [MATCH pattern] [COUNT n]`.
-fn sscan_command(store: &Store, key: &Key, args: &[Vec<u8>], out: &mut Vec<u8>) -> Result<(), Failure> {
+fn sscan_command(
+    store: &Store,
+    key: &Key,
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
     let cursor = std::str::from_utf8(&args[0])
         .ok()
         .and_then(|c| c.parse::<u64>().ok())
@@ -219,7 +241,10 @@ fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[Vec<u8>], out: &mut Ve
         [p] => p,
         [user, p] if user.as_slice() == b"default" => p,
         [_, _] => {
-            resp::error(out, "WRONGPASS invalid username-password pair or user is disabled.");
+            resp::error(
+                out,
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            );
             return;
         }
         _ => {
@@ -237,7 +262,10 @@ fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[Vec<u8>], out: &mut Ve
             session.authed = true;
             resp::simple(out, "OK");
         }
-        Some(_) => resp::error(out, "WRONGPASS invalid username-password pair or user is disabled."),
+        Some(_) => resp::error(
+            out,
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ),
     }
 }
 
@@ -253,7 +281,10 @@ fn unknown(name: &[u8], rest: &[Vec<u8>], out: &mut Vec<u8>) {
         let s: String = String::from_utf8_lossy(b).escape_default().collect();
         s.chars().take(128).collect()
     };
-    let mut m = format!("ERR unknown command '{}', with args beginning with: ", show(name));
+    let mut m = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        show(name)
+    );
     for a in rest.iter().take(8) {
         m.push_str(&format!("'{}' ", show(a)));
     }

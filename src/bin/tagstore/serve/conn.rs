@@ -127,7 +127,12 @@ impl Conn<'_> {
         self.out.clear();
         match r {
             Ok(()) => true,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 eprintln!(
                     "tagstore serve: dropped client {peer}: it read no reply for {} s",
                     cfg.write_timeout.as_secs_f64()

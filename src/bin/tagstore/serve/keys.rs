@@ -29,11 +29,16 @@ pub type Refusal = String;
 
 /// Parses a key, or says what is wrong with it.
 pub fn parse_key(raw: &[u8]) -> Result<Key, Refusal> {
-    const FORMS: &str = "keys are o:<len>:<relationship>:<object> or s:<len>:<relationship>:<subject>";
+    const FORMS: &str =
+        "keys are o:<len>:<relationship>:<object> or s:<len>:<relationship>:<subject>";
     let (half, rest) = match raw {
         [b'o', b':', rest @ ..] => (Half::Object, rest),
         [b's', b':', rest @ ..] => (Half::Subject, rest),
-        _ => return Err(format!("malformed key: must start with 'o:' or 's:' ({FORMS})")),
+        _ => {
+            return Err(format!(
+                "malformed key: must start with 'o:' or 's:' ({FORMS})"
+            ))
+        }
     };
     let Some(colon) = rest.iter().position(|&b| b == b':') else {
         return Err(format!(
@@ -44,9 +49,10 @@ pub fn parse_key(raw: &[u8]) -> Result<Key, Refusal> {
     let len = match digits {
         [] => None,
         [b'0', _, ..] => None, // a leading zero: two spellings of one key
-        d if d.len() <= 3 && d.iter().all(u8::is_ascii_digit) => {
-            Some(d.iter().fold(0usize, |n, &c| n * 10 + usize::from(c - b'0')))
-        }
+        d if d.len() <= 3 && d.iter().all(u8::is_ascii_digit) => Some(
+            d.iter()
+                .fold(0usize, |n, &c| n * 10 + usize::from(c - b'0')),
+        ),
         _ => None,
     };
     let Some(len) = len else {
@@ -77,7 +83,14 @@ pub fn parse_key(raw: &[u8]) -> Result<Key, Refusal> {
     Ok(Key {
         half,
         relationship: utf8(rel, "relationship")?,
-        name: utf8(name, if half == Half::Object { "object" } else { "subject" })?,
+        name: utf8(
+            name,
+            if half == Half::Object {
+                "object"
+            } else {
+                "subject"
+            },
+        )?,
     })
 }
 
@@ -134,9 +147,15 @@ mod tests {
     #[test]
     fn keys_parse_and_refuse() {
         let k = parse_key(b"o:5:photo:p1").expect("valid");
-        assert_eq!((k.half, k.relationship.as_str(), k.name.as_str()), (Half::Object, "photo", "p1"));
+        assert_eq!(
+            (k.half, k.relationship.as_str(), k.name.as_str()),
+            (Half::Object, "photo", "p1")
+        );
         let k = parse_key("s:3:a:b:sun set\t☀".as_bytes()).expect("valid");
-        assert_eq!((k.half, k.relationship.as_str(), k.name.as_str()), (Half::Subject, "a:b", "sun set\t☀"));
+        assert_eq!(
+            (k.half, k.relationship.as_str(), k.name.as_str()),
+            (Half::Subject, "a:b", "sun set\t☀")
+        );
         let k = parse_key(b"o:0::").expect("empty rel and name");
         assert_eq!((k.relationship.as_str(), k.name.as_str()), ("", ""));
         for (bad, says) in [

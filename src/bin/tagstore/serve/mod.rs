@@ -63,7 +63,10 @@ const MAX_ARGS: usize = 1024 * 1024;
 /// Runs the server until SIGTERM or SIGINT, then closes the store cleanly.
 pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
     if a.write_timeout.0.is_zero() {
-        return Err(Fail::Usage("serve", "--write-timeout must be more than 0".into()));
+        return Err(Fail::Usage(
+            "serve",
+            "--write-timeout must be more than 0".into(),
+        ));
     }
     let listener = TcpListener::bind(&a.listen)
         .map_err(|e| Fail::Error(format!("cannot listen on {}: {e}", a.listen)))?;

@@ -53,7 +53,11 @@ pub fn parse(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
 /// where the next line starts; `None` when the line is not complete yet.
 fn header(buf: &[u8], at: usize, what: &str) -> Result<Option<(i64, usize)>, ProtocolError> {
     let rest = &buf[at..];
-    let Some(cr) = rest.iter().take(MAX_HEADER_DIGITS + 1).position(|&b| b == b'\r') else {
+    let Some(cr) = rest
+        .iter()
+        .take(MAX_HEADER_DIGITS + 1)
+        .position(|&b| b == b'\r')
+    else {
         if rest.len() > MAX_HEADER_DIGITS {
             return err(format!("Protocol error: too big {what} count string"));
         }
@@ -206,7 +210,11 @@ fn split_words(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
                     let e = line[i];
                     i += 1;
                     let hex = |b: u8| char::from(b).to_digit(16);
-                    match (e, line.get(i).copied().and_then(hex), line.get(i + 1).copied().and_then(hex)) {
+                    match (
+                        e,
+                        line.get(i).copied().and_then(hex),
+                        line.get(i + 1).copied().and_then(hex),
+                    ) {
                         (b'x', Some(h), Some(l)) => {
                             word.push((h * 16 + l) as u8);
                             i += 2;

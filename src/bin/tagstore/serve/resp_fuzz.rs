@@ -19,7 +19,11 @@ fn parse_all(buf: &[u8], lim: &Limits) -> (Vec<Vec<Vec<u8>>>, Result<usize, Stri
     for _ in 0..=buf.len() {
         match parse(&buf[at..], lim) {
             Ok(Parsed::Request(args, n)) => {
-                assert!(n > 0 && at + n <= buf.len(), "consumed {n} at {at} of {}", buf.len());
+                assert!(
+                    n > 0 && at + n <= buf.len(),
+                    "consumed {n} at {at} of {}",
+                    buf.len()
+                );
                 reqs.push(args);
                 at += n;
             }
@@ -119,7 +123,10 @@ proptest! {
 
 #[test]
 fn limits_are_checked_before_the_body_arrives() {
-    let lim = Limits { max_request_bytes: 100, max_args: 4 };
+    let lim = Limits {
+        max_request_bytes: 100,
+        max_args: 4,
+    };
     // The header alone announces too much: an error now, not Incomplete.
     assert!(parse(b"*3\r\n$3\r\nSET\r\n$1000\r\n", &lim).is_err());
     assert!(parse(b"*5\r\n", &lim).is_err());
@@ -141,9 +148,16 @@ fn limits_are_checked_before_the_body_arrives() {
 #[test]
 fn inline_quotes_as_redis() {
     let p = |s: &str| parse(s.as_bytes(), &LIM);
-    let req = |w: &[&str], n| Ok(Parsed::Request(w.iter().map(|s| s.as_bytes().to_vec()).collect(), n));
-    assert_eq!(p("SADD \"a b\" 'c d'\n"), req(&["SADD", "a b", "c d"], 18));
-    assert_eq!(p("PING \"\\x41\\t\"\r\n"), req(&["PING", "A\t"], 15));
+    let req = |w: &[&str], line: &str| {
+        Ok(Parsed::Request(
+            w.iter().map(|s| s.as_bytes().to_vec()).collect(),
+            line.len(),
+        ))
+    };
+    let line = "SADD \"a b\" 'c d'\n";
+    assert_eq!(p(line), req(&["SADD", "a b", "c d"], line));
+    let line = "PING \"\\x41\\t\"\r\n";
+    assert_eq!(p(line), req(&["PING", "A\t"], line));
     assert!(p("PING \"abc\n").is_err());
     assert!(p("PING \"abc\"def\n").is_err());
 }

@@ -102,7 +102,12 @@ pub fn run(listener: TcpListener, store: &Arc<Store>, cfg: &Arc<Config>) -> io::
         wait_readable(&listener, 200);
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
                 continue
             }
             Err(e) => {
@@ -121,7 +126,13 @@ pub fn run(listener: TcpListener, store: &Arc<Store>, cfg: &Arc<Config>) -> io::
 }
 
 /// Starts a connection's thread, or refuses it when the server is full.
-fn admit(mut stream: TcpStream, id: u64, clients: &Arc<Clients>, store: &Arc<Store>, cfg: &Arc<Config>) {
+fn admit(
+    mut stream: TcpStream,
+    id: u64,
+    clients: &Arc<Clients>,
+    store: &Arc<Store>,
+    cfg: &Arc<Config>,
+) {
     let refuse = |stream: &mut TcpStream, why: &str| {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = stream.write_all(format!("-ERR {why}\r\n").as_bytes());

@@ -102,7 +102,10 @@ fn class(pattern: &[u8], mut p: usize, c: Option<u8>) -> (bool, usize) {
             hit |= c == Some(pattern[p + 1]);
             p += 2;
         } else if p + 2 < pattern.len() && pattern[p + 1] == b'-' && pattern[p + 2] != b']' {
-            let (a, b) = (pattern[p].min(pattern[p + 2]), pattern[p].max(pattern[p + 2]));
+            let (a, b) = (
+                pattern[p].min(pattern[p + 2]),
+                pattern[p].max(pattern[p + 2]),
+            );
             hit |= c.is_some_and(|c| (a..=b).contains(&c));
             p += 3;
         } else {
