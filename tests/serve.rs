@@ -625,7 +625,11 @@ fn sscan_returns_each_member_once_under_concurrent_writes() {
             let mut n = 0u64;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let m = format!("churn-{}", n % 500);
-                let op = if (n / 500) % 2 == 0 { "SADD" } else { "SREM" };
+                let op = if (n / 500).is_multiple_of(2) {
+                    "SADD"
+                } else {
+                    "SREM"
+                };
                 let r = w.call(&[op, key, &m]);
                 assert!(matches!(r, R::Int(_)), "{r:?}");
                 let r = w.call(&[op, &skey("tag", &format!("cold-{}", n % 97)), &m]);

@@ -7,6 +7,10 @@
 //! * `commands.rs`: command dispatch; `sscan.rs`: the SSCAN cursor and glob;
 //! * `conn.rs`: one connection (batches, commit, replies);
 //! * `server.rs`: accept loop, client limit, signals.
+//!
+//! Nothing a client sends may panic the server: no `unwrap` or `expect`
+//! outside tests.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod commands;
 mod conn;

@@ -96,7 +96,7 @@ proptest! {
             fed = c;
             let (reqs, rest) = parse_all(&buf, &LIM);
             got.extend(reqs);
-            let used = rest.map_err(|e| TestCaseError::fail(e))?;
+            let used = rest.map_err(TestCaseError::fail)?;
             buf.drain(..used);
         }
         prop_assert_eq!(got, reqs);
