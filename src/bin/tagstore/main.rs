@@ -1,5 +1,6 @@
 //! The `tagstore` command-line tool: create, load, query and check a tag store.
 
+mod cluster;
 mod load;
 mod out;
 mod progress;
@@ -116,6 +117,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
+    /// placed exactly as nutcracker 0.5.0 places it (ketama).
+    Ring(cluster::RingArgs),
     /// Print layout statistics.
     Stats {
         /// Store file.
@@ -413,6 +417,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                     }
                 }
             }
+            finish(out, ExitCode::SUCCESS)
+        }
+        Cmd::Ring(a) => {
+            cluster::ring(&a, &mut out)?;
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Stats { store, json } => {

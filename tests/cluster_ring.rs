@@ -1,0 +1,623 @@
+//! `tagstore ring` against a real nutcracker (twemproxy 0.5.0): start 4
+//! backend nodes and the proxy on loopback, write 40,000+ keys through the
+//! proxy, ask every node for the keys it holds, and check that each key sits
+//! on the node `tagstore ring` predicted, and the count per node.
+//!
+//! Needs `nutcracker` and `redis-server` (Debian: `apt-get install
+//! nutcracker redis-server`). Without them the tests print a skip message
+//! and pass, unless the `CI` environment variable is set: then they fail.
+//!
+//! The backends are redis-server for now; [`start_node`] and
+//! [`node_keys`] are the only places that know it.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+use tagstore::tsv;
+
+/// Keys written through the proxy per run.
+const KEYS: usize = 40_000;
+
+/// Child processes, killed when the test ends however it ends.
+#[derive(Default)]
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// True when nutcracker and redis-server run; false (after a skip message)
+/// when one is missing, and a panic then if `CI` is set.
+fn have_tools() -> bool {
+    let missing: Vec<&str> = ["nutcracker", "redis-server"]
+        .into_iter()
+        .filter(|c| {
+            Command::new(c)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_err()
+        })
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!(
+        "cluster_ring: {} not installed (apt-get install nutcracker redis-server)",
+        missing.join(" and ")
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}; CI must install them (.ci/run does)");
+    }
+    // Straight to stderr, past the test harness's capture, so a skip shows.
+    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+    false
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// Waits until `port` answers PING with +PONG, or `child` exits, or 10 s pass.
+fn wait_ping(port: u16, child: &mut Child) -> bool {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
+            let mut c = Conn::new(s);
+            c.send(&[b"PING"]);
+            if let Ok(Reply::Simple(p)) = c.reply() {
+                if p == "PONG" {
+                    return true;
+                }
+            }
+        }
+        sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Starts one backend node on a free loopback port and returns the port.
+/// The one launcher: switch it to `tagstore serve STORE --listen …` later.
+fn start_node(kids: &mut Kids, dir: &Path) -> u16 {
+    for _ in 0..5 {
+        let port = free_port();
+        let mut child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        if wait_ping(port, &mut child) {
+            kids.0.push(child);
+            return port;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("no backend node started after 5 tries");
+}
+
+/// Every key a node holds. The one reader of a node's contents.
+fn node_keys(port: u16) -> Vec<Vec<u8>> {
+    let mut c = Conn::new(TcpStream::connect(("127.0.0.1", port)).expect("connect to node"));
+    c.send(&[b"KEYS", b"*"]);
+    match c.reply().expect("KEYS reply") {
+        Reply::Array(items) => items
+            .into_iter()
+            .map(|r| match r {
+                Reply::Bulk(Some(k)) => k,
+                other => panic!("KEYS item {other:?}"),
+            })
+            .collect(),
+        other => panic!("KEYS answered {other:?}"),
+    }
+}
+
+/// Writes `conf` with `listen` filled in, starts nutcracker on it and
+/// returns its port; retries on fresh ports if it does not come up.
+fn start_proxy(kids: &mut Kids, dir: &Path, conf: &dyn Fn(u16) -> String) -> (u16, String) {
+    let path = dir.join("nutcracker.yml");
+    for _ in 0..5 {
+        let port = free_port();
+        let text = conf(port);
+        fs::write(&path, &text).expect("write nutcracker.yml");
+        let t = Command::new("nutcracker")
+            .arg("-t")
+            .arg("-c")
+            .arg(&path)
+            .output()
+            .expect("nutcracker -t");
+        assert!(
+            t.status.success(),
+            "nutcracker -t refuses the config:\n{text}\n{}",
+            String::from_utf8_lossy(&t.stderr)
+        );
+        let mut child = Command::new("nutcracker")
+            .arg("-c")
+            .arg(&path)
+            .args(["-s", &free_port().to_string(), "-a", "127.0.0.1"])
+            .arg("-o")
+            .arg(dir.join("nutcracker.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start nutcracker");
+        if wait_ping(port, &mut child) {
+            kids.0.push(child);
+            return (port, text);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let log = fs::read_to_string(dir.join("nutcracker.log")).unwrap_or_default();
+    panic!("nutcracker did not come up after 5 tries; log:\n{log}");
+}
+
+/// A RESP2 reply.
+#[derive(Debug)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+/// A connection speaking raw RESP2.
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: std::io::BufWriter<TcpStream>,
+}
+
+impl Conn {
+    fn new(s: TcpStream) -> Conn {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let w = std::io::BufWriter::new(s.try_clone().unwrap());
+        Conn {
+            r: BufReader::new(s),
+            w,
+        }
+    }
+
+    /// Queues one command (flushed by `reply`).
+    fn send(&mut self, args: &[&[u8]]) {
+        write!(self.w, "*{}\r\n", args.len()).unwrap();
+        for a in args {
+            write!(self.w, "${}\r\n", a.len()).unwrap();
+            self.w.write_all(a).unwrap();
+            self.w.write_all(b"\r\n").unwrap();
+        }
+    }
+
+    fn line(&mut self) -> std::io::Result<String> {
+        let mut l = String::new();
+        self.r.read_line(&mut l)?;
+        if !l.ends_with("\r\n") {
+            return Err(std::io::Error::other(format!("bad RESP line {l:?}")));
+        }
+        l.truncate(l.len() - 2);
+        Ok(l)
+    }
+
+    fn reply(&mut self) -> std::io::Result<Reply> {
+        self.w.flush()?;
+        let l = self.line()?;
+        let (t, rest) = l.split_at(1);
+        let num = || {
+            rest.parse::<i64>()
+                .map_err(|_| std::io::Error::other(format!("bad number in {l:?}")))
+        };
+        Ok(match t {
+            "+" => Reply::Simple(rest.to_string()),
+            "-" => Reply::Error(rest.to_string()),
+            ":" => Reply::Int(num()?),
+            "$" if num()? < 0 => Reply::Bulk(None),
+            "$" => {
+                let mut b = vec![0; num()? as usize + 2];
+                self.r.read_exact(&mut b)?;
+                b.truncate(b.len() - 2);
+                Reply::Bulk(Some(b))
+            }
+            "*" => {
+                let n = num()?;
+                let mut v = Vec::with_capacity(n.max(0) as usize);
+                for _ in 0..n {
+                    v.push(self.reply()?);
+                }
+                Reply::Array(v)
+            }
+            _ => return Err(std::io::Error::other(format!("bad RESP reply {l:?}"))),
+        })
+    }
+}
+
+/// Writes every key through the proxy, pipelined 1000 at a time. SADD rather
+/// than SET: it is what a `tagstore serve` node will speak, and nutcracker
+/// routes every single-key command by its key alike.
+fn write_through_proxy(port: u16, keys: &[String]) {
+    let mut c = Conn::new(TcpStream::connect(("127.0.0.1", port)).expect("connect to proxy"));
+    for chunk in keys.chunks(1000) {
+        for k in chunk {
+            c.send(&[b"SADD", k.as_bytes(), b"m"]);
+        }
+        for k in chunk {
+            match c.reply().expect("proxy reply") {
+                Reply::Int(1) => {}
+                Reply::Error(e) => panic!("SADD {k:?} through the proxy: -{e}"),
+                other => panic!("SADD {k:?} through the proxy answered {other:?}"),
+            }
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so no crate is needed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+        xs[(self.next() % xs.len() as u64) as usize]
+    }
+}
+
+/// 40,000+ distinct keys: ASCII, non-ASCII UTF-8, tagstore's
+/// `o:<len>:<rel>:<obj>` / `s:…` scheme, and a few with tab, newline,
+/// backslash and spaces (TSV escapes on the way to `tagstore ring`).
+fn make_keys(seed: u64) -> Vec<String> {
+    let mut r = Rng(seed | 1);
+    let rels = ["isa", "depends_on", "tagged", "タグ", "über"];
+    let words = [
+        "photo",
+        "sunset",
+        "libc6",
+        "adduser",
+        "héllo",
+        "日本語",
+        "ключ",
+        "🏷️",
+        "naïve",
+        "x",
+    ];
+    let mut keys = Vec::with_capacity(KEYS + 100);
+    for i in 0..KEYS {
+        let w = r.pick(&words);
+        let k = match i % 6 {
+            0 => format!("user:{i}"),
+            1 => format!("{w}{}", r.next() % 1_000_000),
+            2 | 3 => {
+                let rel = r.pick(&rels);
+                let half = if i % 6 == 2 { 'o' } else { 's' };
+                format!("{half}:{}:{rel}:{w}{i}", rel.len())
+            }
+            4 => format!("{w}-{}-{i}", r.pick(&words)),
+            _ => format!("k{i}"),
+        };
+        keys.push(k);
+    }
+    keys.extend(
+        [
+            "a\tb",
+            "line\nbreak",
+            "back\\slash",
+            "with space",
+            "\\t literal",
+            "é",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// `tagstore ring CONF --file KEYS`: each key's predicted node label.
+fn predict(dir: &Path, conf: &Path, keys: &[String]) -> Vec<String> {
+    let file = dir.join("keys.txt");
+    let mut text = String::new();
+    for k in keys {
+        text.push_str(&tsv::escape(k));
+        text.push('\n');
+    }
+    fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tagstore"))
+        .arg("ring")
+        .arg(conf)
+        .arg("--file")
+        .arg(&file)
+        .output()
+        .expect("run tagstore ring");
+    assert!(
+        out.status.success(),
+        "tagstore ring failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).expect("UTF-8 output");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), keys.len(), "one line per key");
+    lines
+        .iter()
+        .zip(keys)
+        .map(|(l, k)| {
+            let (key, node) = l.split_once('\t').expect("KEY<TAB>NODE");
+            assert_eq!(&tsv::unescape(key).unwrap(), k, "keys come back in order");
+            node.to_string()
+        })
+        .collect()
+}
+
+/// One server of a test pool: weight and optional name.
+struct Srv {
+    weight: u32,
+    name: Option<&'static str>,
+}
+
+/// Runs the whole check for one pool layout, hash (`None`: no `hash:`
+/// line, nutcracker's default) and distribution.
+fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64) {
+    if !have_tools() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut kids = Kids::default();
+    let ports: Vec<u16> = servers.iter().map(|_| start_node(&mut kids, dir)).collect();
+    let labels: Vec<String> = servers
+        .iter()
+        .zip(&ports)
+        .map(|(s, p)| s.name.map_or(format!("127.0.0.1:{p}"), str::to_string))
+        .collect();
+    let conf = |listen: u16| {
+        let mut t = format!("ring:\n  listen: 127.0.0.1:{listen}\n");
+        if let Some(h) = hash {
+            t.push_str(&format!("  hash: {h}\n"));
+        }
+        t.push_str(&format!("  distribution: {dist}\n"));
+        t.push_str("  auto_eject_hosts: false\n  redis: true\n");
+        t.push_str("  servers:\n");
+        for (s, p) in servers.iter().zip(&ports) {
+            let name = s.name.map_or(String::new(), |n| format!(" {n}"));
+            t.push_str(&format!("   - 127.0.0.1:{p}:{}{name}\n", s.weight));
+        }
+        t
+    };
+    let (proxy, text) = start_proxy(&mut kids, dir, &conf);
+    let keys = make_keys(seed);
+    assert!(keys.len() >= KEYS, "{} keys", keys.len());
+    let predicted = predict(dir, &dir.join("nutcracker.yml"), &keys);
+    write_through_proxy(proxy, &keys);
+
+    // Where each key really is.
+    let mut actual: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+    for (i, &p) in ports.iter().enumerate() {
+        for k in node_keys(p) {
+            if let Some(j) = actual.insert(k.clone(), i) {
+                panic!(
+                    "key {:?} on two nodes: {j} and {i}",
+                    String::from_utf8_lossy(&k)
+                );
+            }
+        }
+    }
+    assert_eq!(
+        actual.len(),
+        keys.len(),
+        "every key written once, none extra"
+    );
+    let mut mismatches = Vec::new();
+    let mut per_predicted = vec![0usize; ports.len()];
+    let mut per_actual = vec![0usize; ports.len()];
+    for (k, want) in keys.iter().zip(&predicted) {
+        let got = actual[k.as_bytes()];
+        per_actual[got] += 1;
+        let w = labels
+            .iter()
+            .position(|l| l == want)
+            .unwrap_or_else(|| panic!("predicted node {want:?} is not in {labels:?}"));
+        per_predicted[w] += 1;
+        if got != w {
+            mismatches.push(format!("{k:?}: predicted {want}, on {}", labels[got]));
+        }
+    }
+    eprintln!(
+        "cluster_ring {:?} {dist}: {} keys, per node {:?} (predicted {:?}), {} mismatches",
+        hash.unwrap_or("default"),
+        keys.len(),
+        per_actual,
+        per_predicted,
+        mismatches.len()
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} keys not where tagstore ring predicted, with config\n{text}\nfirst: {:#?}",
+        mismatches.len(),
+        keys.len(),
+        &mismatches[..mismatches.len().min(10)]
+    );
+    assert_eq!(per_actual, per_predicted);
+    assert!(
+        per_actual.iter().all(|&n| n > 0),
+        "every node got keys: {per_actual:?}"
+    );
+}
+
+#[test]
+fn md5_named_and_unnamed_servers_unequal_weights() {
+    let servers = [
+        Srv {
+            weight: 3,
+            name: Some("alpha"),
+        },
+        Srv {
+            weight: 1,
+            name: Some("beta"),
+        },
+        Srv {
+            weight: 2,
+            name: None,
+        },
+        Srv {
+            weight: 1,
+            name: Some("node-δ"),
+        },
+    ];
+    check_cluster(Some("md5"), "ketama", &servers, 1);
+}
+
+#[test]
+fn murmur_named_servers() {
+    let servers = [
+        Srv {
+            weight: 1,
+            name: Some("n1"),
+        },
+        Srv {
+            weight: 2,
+            name: Some("n2"),
+        },
+        Srv {
+            weight: 1,
+            name: Some("n3"),
+        },
+        Srv {
+            weight: 5,
+            name: Some("n4"),
+        },
+    ];
+    check_cluster(Some("murmur"), "ketama", &servers, 2);
+}
+
+/// No `hash:` line: nutcracker's default fnv1a_64, which reads key bytes
+/// through a signed char (the non-ASCII keys check that), unnamed servers.
+#[test]
+fn default_hash_unnamed_servers() {
+    let servers = [
+        Srv {
+            weight: 1,
+            name: None,
+        },
+        Srv {
+            weight: 1,
+            name: None,
+        },
+        Srv {
+            weight: 2,
+            name: None,
+        },
+        Srv {
+            weight: 1,
+            name: None,
+        },
+    ];
+    check_cluster(None, "ketama", &servers, 3);
+}
+
+/// Modula depends on the server order: nutcracker's (sorted by name,
+/// shorter names first), not the file's, which is deliberately different.
+#[test]
+fn modula_follows_nutcracker_server_order() {
+    let servers = [
+        Srv {
+            weight: 2,
+            name: Some("zz"),
+        },
+        Srv {
+            weight: 1,
+            name: Some("b"),
+        },
+        Srv {
+            weight: 3,
+            name: Some("aaa"),
+        },
+        Srv {
+            weight: 1,
+            name: None,
+        },
+    ];
+    check_cluster(Some("crc32a"), "modula", &servers, 4);
+}
+
+/// Runs `tagstore ring` with `args`; (exit code, stdout, stderr).
+fn ring(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tagstore"))
+        .arg("ring")
+        .args(args)
+        .output()
+        .unwrap();
+    let s = |b: Vec<u8>| String::from_utf8(b).unwrap();
+    (o.status.code().unwrap_or(-1), s(o.stdout), s(o.stderr))
+}
+
+/// Refusals without any proxy: reasons, line numbers, exit codes.
+#[test]
+fn ring_refusals() {
+    let tmp = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = tmp.path().join(name);
+        fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let base = "p:\n  listen: 127.0.0.1:1\n  hash: md5\n  servers:\n  - 127.0.0.1:2:1 a\n  - 127.0.0.1:3:1 b\n";
+    let good = write("good.yml", base);
+    let (code, out, _) = ring(&[&good, "o:3:isa:photo1", "a\tb"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("o:3:isa:photo1\t"), "{out}");
+    assert!(lines[1].starts_with("a\\tb\t"), "escaped key: {out}");
+    // No keys and no --file: a usage error.
+    assert_eq!(ring(&[&good]).0, 2);
+    let tag = write("tag.yml", &format!("{base}  hash_tag: \"{{}}\"\n"));
+    let (code, _, err) = ring(&[&tag, "k"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("line 7: hash_tag"), "{err}");
+    let eject = write("eject.yml", &format!("{base}  auto_eject_hosts: true\n"));
+    let (code, _, err) = ring(&[&eject, "k"]);
+    assert!(
+        code == 1 && err.contains("line 7: auto_eject_hosts"),
+        "{err}"
+    );
+    let hsieh = write("hsieh.yml", &base.replace("md5", "hsieh"));
+    let (code, _, err) = ring(&[&hsieh, "k"]);
+    assert!(
+        code == 1 && err.contains("line 3:") && err.contains("hsieh"),
+        "{err}"
+    );
+    let two = write("two.yml", &format!("{base}{}", base.replace("p:", "q:")));
+    let (code, _, err) = ring(&[&two, "k"]);
+    assert!(code == 1 && err.contains("--pool"), "{err}");
+    assert_eq!(ring(&[&two, "k", "--pool", "q"]).0, 0);
+    let nohash = write("nohash.yml", &base.replace("  hash: md5\n", ""));
+    let (code, _, err) = ring(&[&nohash, "k"]);
+    assert!(
+        code == 0 && err.contains("warning") && err.contains("fnv1a_64"),
+        "{err}"
+    );
+    let keys = write("keys.txt", "x\n\ny\n");
+    let (code, _, err) = ring(&[&good, "--file", &keys]);
+    assert!(code == 1 && err.contains("line 2: blank line"), "{err}");
+}
