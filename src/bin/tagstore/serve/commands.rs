@@ -3,6 +3,7 @@
 
 use super::keys::{self, Change, Key};
 use super::resp;
+use super::scan;
 use super::sscan;
 use tagstore::Store;
 
@@ -62,6 +63,7 @@ pub fn execute(
     let arity_ok = match name.as_str() {
         "ping" => rest.len() <= 1,
         "command" => true,
+        "scan" => !rest.is_empty(),
         "smembers" | "scard" => rest.len() == 1,
         "sismember" => rest.len() == 2,
         "sadd" | "srem" | "smismember" | "sscan" => rest.len() >= 2,
@@ -84,6 +86,11 @@ pub fn execute(
         },
         // No command table: an empty array satisfies redis-cli's `COMMAND DOCS`.
         "command" => resp::array(out, 0),
+        "scan" => {
+            if let Err(e) = scan_command(ctx.store, rest, out) {
+                resp::error(out, &format!("ERR {e}"));
+            }
+        }
         _ => {
             effect.wrote = matches!(name.as_str(), "sadd" | "srem");
             if let Err(e) = set_command(ctx.store, &name, rest, out) {
@@ -200,6 +207,33 @@ fn sscan_command(
     args: &[Vec<u8>],
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
+    let (cursor, pattern, count) = scan_options(args)?;
+    let (members, next) = sscan::page(store, key, cursor, pattern, count)?;
+    resp::array(out, 2);
+    resp::bulk(out, next.to_string().as_bytes());
+    resp::array(out, members.len());
+    for m in &members {
+        resp::bulk(out, m.as_bytes());
+    }
+    Ok(())
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n]` (a tagstore extension: the keys
+/// the store's tags make, see `scan.rs`).
+fn scan_command(store: &Store, args: &[Vec<u8>], out: &mut Vec<u8>) -> Result<(), Failure> {
+    let (cursor, pattern, count) = scan_options(args)?;
+    let (keys, next) = scan::page(store, cursor, pattern, count)?;
+    resp::array(out, 2);
+    resp::bulk(out, next.to_string().as_bytes());
+    resp::array(out, keys.len());
+    for k in &keys {
+        resp::bulk(out, k.as_bytes());
+    }
+    Ok(())
+}
+
+/// `cursor [MATCH pattern] [COUNT n]` of SCAN and SSCAN.
+fn scan_options(args: &[Vec<u8>]) -> Result<(u64, Option<&[u8]>, usize), Failure> {
     let cursor = std::str::from_utf8(&args[0])
         .ok()
         .and_then(|c| c.parse::<u64>().ok())
@@ -225,14 +259,7 @@ fn sscan_command(
             _ => return Err("syntax error".to_owned().into()),
         }
     }
-    let (members, next) = sscan::page(store, key, cursor, pattern, count)?;
-    resp::array(out, 2);
-    resp::bulk(out, next.to_string().as_bytes());
-    resp::array(out, members.len());
-    for m in &members {
-        resp::bulk(out, m.as_bytes());
-    }
-    Ok(())
+    Ok((cursor, pattern, count))
 }
 
 /// `AUTH password` or `AUTH default password`.

@@ -5,6 +5,7 @@
 //! * `keys.rs`: the key scheme, and the one function mapping a set write to
 //!   a store write;
 //! * `commands.rs`: command dispatch; `sscan.rs`: the SSCAN cursor and glob;
+//!   `scan.rs`: SCAN, the keys a store's tags make (an extension);
 //! * `conn.rs`: one connection (batches, commit, replies);
 //! * `server.rs`: accept loop, client limit, signals.
 //!
@@ -18,6 +19,7 @@ mod keys;
 mod resp;
 #[cfg(test)]
 mod resp_fuzz;
+mod scan;
 mod server;
 mod sscan;
 
