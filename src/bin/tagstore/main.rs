@@ -120,6 +120,10 @@ enum Cmd {
     /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
     /// placed exactly as nutcracker 0.5.0 places it (ketama).
     Ring(cluster::RingArgs),
+    /// Tools over the nodes of a nutcracker pool of `tagstore serve` nodes:
+    /// cloud, repair, reshard.
+    #[command(subcommand)]
+    Cluster(cluster::tools::ClusterCmd),
     /// Print layout statistics.
     Stats {
         /// Store file.
@@ -421,6 +425,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
         }
         Cmd::Ring(a) => {
             cluster::ring(&a, &mut out)?;
+            finish(out, ExitCode::SUCCESS)
+        }
+        Cmd::Cluster(c) => {
+            cluster::tools::run(&c, &mut out)?;
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Stats { store, json } => {
