@@ -365,7 +365,11 @@ fn make_tags(seed: u64, n: usize) -> Vec<Tag> {
             1 => format!("t\t{}", a * b / 300),
             _ => format!("sub{}", a * b / 300),
         };
-        let rel = if r.next() % 4 == 0 { "a:b" } else { "isa" };
+        let rel = if r.next().is_multiple_of(4) {
+            "a:b"
+        } else {
+            "isa"
+        };
         set.insert(Tag::new(obj, rel, subj));
     }
     set.into_iter().collect()

@@ -366,7 +366,7 @@ fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let mut moved_in = vec![0usize; new.servers.len()];
     let mut moved_out = vec![0usize; old.servers.len()];
     let (mut removed, mut kept) = (0usize, 0usize);
-    for i in 0..c_old.nodes.len() {
+    for (i, out_i) in moved_out.iter_mut().enumerate() {
         let sets = c_old.owned_sets_of(i)?;
         let mut srem: Vec<Vec<Vec<u8>>> = Vec::new();
         let mut sadd: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); new.servers.len()];
@@ -378,7 +378,7 @@ fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             }
             moved += 1;
             moved_in[j] += 1;
-            moved_out[i] += 1;
+            *out_i += 1;
             let mut cmd = vec![b"SADD".to_vec(), k.as_bytes().to_vec()];
             cmd.extend(members.iter().map(|m| m.as_bytes().to_vec()));
             sadd[j].push(cmd);

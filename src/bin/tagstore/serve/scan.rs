@@ -72,3 +72,64 @@ fn trim(found: &mut BTreeSet<(u64, String)>, count: usize) -> bool {
         None => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use tagstore::CreateOptions;
+
+    /// Small pages cover every key once; MATCH filters; writes between
+    /// pages do not make a key present throughout disappear or repeat.
+    #[test]
+    fn pages_cover_every_key_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = CreateOptions {
+            expected_tags: 1000,
+            ..CreateOptions::default()
+        };
+        let store = Store::create(dir.path().join("s.tags"), &opts).expect("create");
+        let mut want = BTreeSet::new();
+        for i in 0..200 {
+            let t = Tag::new(format!("p{i}"), "isa", format!("s{}", i % 17));
+            for k in keys_of(&t) {
+                want.insert(k);
+            }
+            store.insert(&t).expect("insert");
+        }
+        for (pattern, count) in [(None, 7), (Some(&b"s:*"[..]), 3), (None, 100_000)] {
+            let (mut got, mut seen, mut cursor) = (Vec::new(), BTreeSet::new(), 0);
+            let mut extra = 0;
+            loop {
+                let (keys, next) = page(&store, cursor, pattern, count).expect("page");
+                got.extend(keys);
+                // A write between pages: keys come and go, the others stay.
+                extra += 1;
+                let t = Tag::new(format!("new{extra}"), "isa", "fresh");
+                store.insert(&t).expect("insert");
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+            for k in &got {
+                assert!(seen.insert(k.clone()), "{k} returned twice");
+            }
+            let expected: BTreeSet<String> = want
+                .iter()
+                .filter(|k| pattern.is_none_or(|p| glob(p, k.as_bytes())))
+                .cloned()
+                .collect();
+            assert!(expected.is_subset(&seen), "{pattern:?} {count}");
+            for k in seen.difference(&expected) {
+                assert!(k.contains("new") || k.ends_with("fresh"), "{k}");
+            }
+            for e in 1..=extra {
+                store
+                    .delete(&Tag::new(format!("new{e}"), "isa", "fresh"))
+                    .expect("delete");
+            }
+        }
+        store.close().expect("close");
+    }
+}
