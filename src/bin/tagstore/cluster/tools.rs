@@ -371,6 +371,10 @@ fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         let mut srem: Vec<Vec<Vec<u8>>> = Vec::new();
         let mut sadd: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); new.servers.len()];
         for (k, members) in sets {
+            // Emptied since it was listed: nothing to move.
+            if members.is_empty() {
+                continue;
+            }
             total += 1;
             let j = c_new.ring.locate(k.as_bytes());
             if new_index.get(&addr(&old, i)) == Some(&j) {
