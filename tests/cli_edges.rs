@@ -179,6 +179,8 @@ fn full_stdout_is_an_error_for_every_command() {
         vec!["check", p, "--json"],
         vec!["maintain", p],
         vec!["maintain", p, "--json"],
+        // Its only line, the address it listens on, cannot be printed.
+        vec!["serve", p, "--listen", "127.0.0.1:0"],
     ];
     for args in &cases {
         let o = run_with(args, None, Some(dev_full()));

@@ -7,8 +7,11 @@
 //! nutcracker redis-server`). Without them the tests print a skip message
 //! and pass, unless the `CI` environment variable is set: then they fail.
 //!
-//! The backends are redis-server for now; [`start_node`] and
-//! [`node_keys`] are the only places that know it.
+//! The backends are `tagstore serve` nodes, listed with serve's `SCAN`
+//! extension; one run (the default hash) keeps redis-server backends, whose
+//! keys need not follow tagstore's key scheme (`user:1`, `k7`, …).
+//! [`start_node`] and [`node_keys`] are the only places that know the
+//! backend.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -91,20 +94,51 @@ fn wait_ping(port: u16, child: &mut Child) -> bool {
     false
 }
 
+/// What serves the keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    Redis,
+    Serve,
+}
+
 /// Starts one backend node on a free loopback port and returns the port.
-/// The one launcher: switch it to `tagstore serve STORE --listen …` later.
-fn start_node(kids: &mut Kids, dir: &Path) -> u16 {
+/// The one launcher.
+fn start_node(kids: &mut Kids, dir: &Path, backend: Backend, n: usize) -> u16 {
     for _ in 0..5 {
         let port = free_port();
-        let mut child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(dir)
+        let mut cmd = match backend {
+            Backend::Redis => {
+                let mut c = Command::new("redis-server");
+                c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                    .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                    .arg("--dir")
+                    .arg(dir);
+                c
+            }
+            Backend::Serve => {
+                let store = dir.join(format!("node{n}.tags"));
+                if !store.exists() {
+                    let st = Command::new(env!("CARGO_BIN_EXE_tagstore"))
+                        .arg("create")
+                        .arg(&store)
+                        .args(["--expected-tags", "50000"])
+                        .stdout(Stdio::null())
+                        .status()
+                        .expect("tagstore create");
+                    assert!(st.success(), "tagstore create {}", store.display());
+                }
+                let mut c = Command::new(env!("CARGO_BIN_EXE_tagstore"));
+                c.arg("serve")
+                    .arg(&store)
+                    .args(["--listen", &format!("127.0.0.1:{port}")]);
+                c
+            }
+        };
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server");
+            .expect("start a backend node");
         if wait_ping(port, &mut child) {
             kids.0.push(child);
             return port;
@@ -116,8 +150,41 @@ fn start_node(kids: &mut Kids, dir: &Path) -> u16 {
 }
 
 /// Every key a node holds. The one reader of a node's contents.
-fn node_keys(port: u16) -> Vec<Vec<u8>> {
+///
+/// A serve node keeps whole tags, so `SADD o:…:X m` also makes the key
+/// `s:…:m` on that node (and `SADD s:…:X m` the key `o:…:m`): those keys,
+/// whose name is the member `m`, are not keys the test wrote, and are left
+/// out.
+fn node_keys(port: u16, backend: Backend) -> Vec<Vec<u8>> {
     let mut c = Conn::new(TcpStream::connect(("127.0.0.1", port)).expect("connect to node"));
+    if backend == Backend::Serve {
+        let mut keys = Vec::new();
+        let mut cursor = b"0".to_vec();
+        loop {
+            c.send(&[b"SCAN", &cursor, b"COUNT", b"20000"]);
+            let Reply::Array(mut page) = c.reply().expect("SCAN reply") else {
+                panic!("SCAN answered no array");
+            };
+            assert_eq!(page.len(), 2, "SCAN replies [cursor, keys]");
+            let (Reply::Array(items), Reply::Bulk(Some(next))) =
+                (page.pop().unwrap(), page.pop().unwrap())
+            else {
+                panic!("SCAN reply shape");
+            };
+            for r in items {
+                let Reply::Bulk(Some(k)) = r else {
+                    panic!("SCAN item {r:?}");
+                };
+                if !k.ends_with(b":m") {
+                    keys.push(k);
+                }
+            }
+            if next == b"0" {
+                return keys;
+            }
+            cursor = next;
+        }
+    }
     c.send(&[b"KEYS", b"*"]);
     match c.reply().expect("KEYS reply") {
         Reply::Array(items) => items
@@ -335,6 +402,24 @@ fn make_keys(seed: u64) -> Vec<String> {
     keys
 }
 
+/// The same keys in tagstore's key scheme (what a serve node accepts): each
+/// becomes the name of an `o:` or `s:` key.
+fn scheme_keys(seed: u64) -> Vec<String> {
+    let rels = ["isa", "tagged", "タグ", "a:b"];
+    let mut keys: Vec<String> = make_keys(seed)
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            let rel = rels[i % rels.len()];
+            let half = if i % 2 == 0 { 'o' } else { 's' };
+            format!("{half}:{}:{rel}:{k}", rel.len())
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
 /// `tagstore ring CONF --file KEYS`: each key's predicted node label.
 fn predict(dir: &Path, conf: &Path, keys: &[String]) -> Vec<String> {
     let file = dir.join("keys.txt");
@@ -378,14 +463,16 @@ struct Srv {
 
 /// Runs the whole check for one pool layout, hash (`None`: no `hash:`
 /// line, nutcracker's default) and distribution.
-fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64) {
+fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64, backend: Backend) {
     if !have_tools() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut kids = Kids::default();
-    let ports: Vec<u16> = servers.iter().map(|_| start_node(&mut kids, dir)).collect();
+    let ports: Vec<u16> = (0..servers.len())
+        .map(|n| start_node(&mut kids, dir, backend, n))
+        .collect();
     let labels: Vec<String> = servers
         .iter()
         .zip(&ports)
@@ -406,7 +493,10 @@ fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64) {
         t
     };
     let (proxy, text) = start_proxy(&mut kids, dir, &conf);
-    let keys = make_keys(seed);
+    let keys = match backend {
+        Backend::Redis => make_keys(seed),
+        Backend::Serve => scheme_keys(seed),
+    };
     assert!(keys.len() >= KEYS, "{} keys", keys.len());
     let predicted = predict(dir, &dir.join("nutcracker.yml"), &keys);
     write_through_proxy(proxy, &keys);
@@ -414,7 +504,7 @@ fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64) {
     // Where each key really is.
     let mut actual: std::collections::HashMap<Vec<u8>, usize> = Default::default();
     for (i, &p) in ports.iter().enumerate() {
-        for k in node_keys(p) {
+        for k in node_keys(p, backend) {
             if let Some(j) = actual.insert(k.clone(), i) {
                 panic!(
                     "key {:?} on two nodes: {j} and {i}",
@@ -444,7 +534,7 @@ fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64) {
         }
     }
     eprintln!(
-        "cluster_ring {:?} {dist}: {} keys, per node {:?} (predicted {:?}), {} mismatches",
+        "cluster_ring {backend:?} {:?} {dist}: {} keys, per node {:?} (predicted {:?}), {} mismatches",
         hash.unwrap_or("default"),
         keys.len(),
         per_actual,
@@ -485,7 +575,7 @@ fn md5_named_and_unnamed_servers_unequal_weights() {
             name: Some("node-δ"),
         },
     ];
-    check_cluster(Some("md5"), "ketama", &servers, 1);
+    check_cluster(Some("md5"), "ketama", &servers, 1, Backend::Serve);
 }
 
 #[test]
@@ -508,11 +598,12 @@ fn murmur_named_servers() {
             name: Some("n4"),
         },
     ];
-    check_cluster(Some("murmur"), "ketama", &servers, 2);
+    check_cluster(Some("murmur"), "ketama", &servers, 2, Backend::Serve);
 }
 
 /// No `hash:` line: nutcracker's default fnv1a_64, which reads key bytes
-/// through a signed char (the non-ASCII keys check that), unnamed servers.
+/// through a signed char (the non-ASCII keys check that), unnamed servers;
+/// redis-server backends, so keys outside tagstore's scheme are placed too.
 #[test]
 fn default_hash_unnamed_servers() {
     let servers = [
@@ -533,7 +624,7 @@ fn default_hash_unnamed_servers() {
             name: None,
         },
     ];
-    check_cluster(None, "ketama", &servers, 3);
+    check_cluster(None, "ketama", &servers, 3, Backend::Redis);
 }
 
 /// Modula depends on the server order: nutcracker's (sorted by name,
@@ -558,7 +649,7 @@ fn modula_follows_nutcracker_server_order() {
             name: None,
         },
     ];
-    check_cluster(Some("crc32a"), "modula", &servers, 4);
+    check_cluster(Some("crc32a"), "modula", &servers, 4, Backend::Serve);
 }
 
 /// Runs `tagstore ring` with `args`; (exit code, stdout, stderr).

@@ -4,6 +4,7 @@ mod cluster;
 mod load;
 mod out;
 mod progress;
+mod serve;
 
 use clap::error::ErrorKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -120,6 +121,10 @@ enum Cmd {
     /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
     /// placed exactly as nutcracker 0.5.0 places it (ketama).
     Ring(cluster::RingArgs),
+    /// Tools over the nodes of a nutcracker pool of `tagstore serve` nodes:
+    /// cloud, repair, reshard.
+    #[command(subcommand)]
+    Cluster(cluster::tools::ClusterCmd),
     /// Print layout statistics.
     Stats {
         /// Store file.
@@ -147,6 +152,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the store over the Redis protocol (RESP2): each key a set of
+    /// subjects (`o:<len>:<rel>:<object>`) or objects (`s:<len>:<rel>:<subject>`).
+    Serve(serve::ServeArgs),
     /// Verify checksums and invariants; exits 1 on any fault.
     Check {
         /// Store file.
@@ -425,6 +433,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             cluster::ring(&a, &mut out)?;
             finish(out, ExitCode::SUCCESS)
         }
+        Cmd::Cluster(c) => {
+            cluster::tools::run(&c, &mut out)?;
+            finish(out, ExitCode::SUCCESS)
+        }
         Cmd::Stats { store, json } => {
             let s = open_ro(&store)?;
             let st = s.stats()?;
@@ -484,6 +496,8 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             }
             finish(out, ExitCode::SUCCESS)
         }
+        // Prints only its `listening on ADDR` line, itself, at once.
+        Cmd::Serve(a) => serve::run(a),
         Cmd::Check { store, json } => {
             let s = open_ro(&store)?;
             let r = s.check()?;

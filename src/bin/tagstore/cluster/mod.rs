@@ -3,12 +3,16 @@
 //! proxy's configuration file and the keys, talks to no node.
 //!
 //! `config.rs` reads the YAML, `hash.rs` the key hashes, `ketama.rs` the
-//! ring; this file is the `tagstore ring` command.
+//! ring; this file is the `tagstore ring` command. `tools.rs` is `tagstore
+//! cluster cloud|repair|reshard`, which do talk to the nodes, through the
+//! RESP client of `client.rs`.
 
+pub mod client;
 pub mod config;
 pub mod hash;
 pub mod ketama;
 pub mod moved;
+pub mod tools;
 
 use crate::out::{say, Out};
 use clap::Args;

@@ -1,0 +1,474 @@
+//! `tagstore cluster cloud|repair|reshard`: tools that read (and mend) the
+//! nodes of a nutcracker pool directly, each node a `tagstore serve`.
+//!
+//! A node keeps a whole tag for either of its writes, so besides the keys
+//! the proxy routed to it, it shows "shadow" keys: `SADD o:…:photo1 sunset`
+//! on node A also makes `s:…:sunset` readable on A, though that key's home
+//! is usually another node. The tools therefore only believe a key on the
+//! node `ring` places it on (its owner) and ignore its shadows.
+//!
+//! Memory: repair and reshard hold every owned key's members of the pool;
+//! cloud the subjects of one relationship.
+
+use super::client::{Client, Reply};
+use super::config::Pool;
+use super::ketama::Ring;
+use super::load_pool;
+use crate::out::{say, Out};
+use clap::{Args, Subcommand};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+use tagstore::{tsv, CloudEntry};
+
+/// `tagstore cluster` subcommands.
+#[derive(Subcommand)]
+pub enum ClusterCmd {
+    /// The most used subjects of a relationship over the whole cluster,
+    /// exact (each subject's set lives whole on its node).
+    Cloud(CloudArgs),
+    /// Make the `s:` halves agree with the `o:` halves (the truth): add
+    /// missing `s:` members, remove those no `o:` key backs.
+    Repair(RepairArgs),
+    /// Copy the keys whose node changes from OLD_CONFIG to NEW_CONFIG to
+    /// their new node; with --remove, delete them from their old node.
+    Reshard(ReshardArgs),
+}
+
+/// Options every cluster tool takes.
+#[derive(Args)]
+pub struct Common {
+    /// The pool to use when the file defines several.
+    #[arg(long)]
+    pool: Option<String>,
+    /// Seconds to wait for a node to accept a connection or answer.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+}
+
+#[derive(Args)]
+pub struct CloudArgs {
+    /// nutcracker's configuration file (YAML).
+    config: PathBuf,
+    /// Relationship.
+    #[arg(long)]
+    relationship: String,
+    /// How many subjects.
+    #[arg(long, default_value_t = 50)]
+    top: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+pub struct RepairArgs {
+    /// nutcracker's configuration file (YAML).
+    config: PathBuf,
+    /// Report what would be fixed, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+pub struct ReshardArgs {
+    /// The configuration nutcracker runs now.
+    old_config: PathBuf,
+    /// The configuration with the new node(s).
+    new_config: PathBuf,
+    /// Delete the moved keys from their old nodes (run once nutcracker runs
+    /// on NEW_CONFIG).
+    #[arg(long)]
+    remove: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+/// Runs a cluster subcommand.
+pub fn run(cmd: &ClusterCmd, out: &mut Out) -> Result<(), String> {
+    match cmd {
+        ClusterCmd::Cloud(a) => cloud(a, out),
+        ClusterCmd::Repair(a) => repair(a, out),
+        ClusterCmd::Reshard(a) => reshard(a, out),
+    }
+}
+
+/// A pool's nodes, connected, with the ring that places keys on them.
+struct Cluster {
+    ring: Ring,
+    labels: Vec<String>,
+    nodes: Vec<Client>,
+}
+
+impl Cluster {
+    fn connect(pool: &Pool, timeout: u64) -> Result<Cluster, String> {
+        let t = Duration::from_secs(timeout.max(1));
+        let nodes = pool
+            .servers
+            .iter()
+            .map(|s| {
+                Client::connect(&format!("{}:{}", s.host, s.port), t)
+                    .map_err(|e| format!("node {}: {e}", s.label()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Cluster {
+            ring: Ring::new(pool),
+            labels: pool.servers.iter().map(|s| s.label()).collect(),
+            nodes,
+        })
+    }
+
+    /// The keys matching `pattern` that node `i` owns (shadows left out).
+    fn owned(&mut self, i: usize, pattern: &str) -> Result<Vec<String>, String> {
+        let keys = self.nodes[i].scan_all(pattern)?;
+        Ok(keys
+            .into_iter()
+            .filter(|k| self.ring.locate(k.as_bytes()) == i)
+            .collect())
+    }
+
+    /// Every owned key matching `pattern` on every node, with its members.
+    fn owned_sets(&mut self, pattern: &str) -> Result<Vec<BTreeMap<String, Vec<String>>>, String> {
+        let mut all = Vec::new();
+        for i in 0..self.nodes.len() {
+            let keys = self.owned(i, pattern)?;
+            let members = self.nodes[i].members(&keys)?;
+            all.push(keys.into_iter().zip(members).collect());
+        }
+        Ok(all)
+    }
+}
+
+/// A key taken apart: (`o` or `s`, relationship, name).
+fn parse_key(k: &str) -> Option<(char, &str, &str)> {
+    let half = k.chars().next().filter(|c| *c == 'o' || *c == 's')?;
+    let rest = k.get(1..)?.strip_prefix(':')?;
+    let (len, rest) = rest.split_once(':')?;
+    if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let len: usize = len.parse().ok()?;
+    let rel = rest.get(..len)?;
+    let name = rest.get(len..)?.strip_prefix(':')?;
+    Some((half, rel, name))
+}
+
+/// The key of a half.
+fn key(half: char, rel: &str, name: &str) -> String {
+    format!("{half}:{}:{rel}:{name}", rel.len())
+}
+
+/// A pattern matching `text` literally (Redis glob escapes).
+fn glob_escape(text: &str) -> String {
+    let mut s = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s
+}
+
+/// `tagstore cluster cloud`.
+fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
+    let pool = load_pool(&a.config, a.common.pool.as_deref())?;
+    let mut c = Cluster::connect(&pool, a.common.timeout)?;
+    let prefix = key('s', &a.relationship, "");
+    let pattern = format!("{}*", glob_escape(&prefix));
+    // (count, subject), sorted as a store's cloud: most used first, then
+    // by subject.
+    let mut all: Vec<(u64, String)> = Vec::new();
+    for i in 0..c.nodes.len() {
+        let keys = c.owned(i, &pattern)?;
+        let cmds: Vec<Vec<Vec<u8>>> = keys
+            .iter()
+            .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
+            .collect();
+        let replies = c.nodes[i].pipeline(&cmds)?;
+        for (k, r) in keys.iter().zip(replies) {
+            let Reply::Int(n) = r else {
+                return Err(format!("node {}: SCARD {k}: not an integer", c.labels[i]));
+            };
+            let subject = k.get(prefix.len()..).unwrap_or_default();
+            if n > 0 {
+                all.push((n as u64, subject.to_owned()));
+            }
+        }
+    }
+    all.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
+    all.truncate(a.top);
+    let (max, min) = (
+        all.first().map_or(1, |x| x.0) as f64,
+        all.last().map_or(1, |x| x.0) as f64,
+    );
+    // The weights as `tagstore cloud` computes them.
+    let cloud: Vec<CloudEntry> = all
+        .into_iter()
+        .map(|(n, subject)| CloudEntry {
+            subject,
+            count: n,
+            weight: if max > min {
+                1.0 + 9.0 * ((n as f64).ln() - min.ln()) / (max.ln() - min.ln())
+            } else {
+                10.0
+            },
+        })
+        .collect();
+    if a.json {
+        let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
+        say!(out, "{j}");
+    } else {
+        for e in &cloud {
+            if !say!(
+                out,
+                "{}\t{}\t{:.2}",
+                tsv::escape(&e.subject),
+                e.count,
+                e.weight
+            ) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A tag as (relationship, object, subject).
+type Triple = (String, String, String);
+
+/// `tagstore cluster repair`.
+fn repair(a: &RepairArgs, out: &mut Out) -> Result<(), String> {
+    let pool = load_pool(&a.config, a.common.pool.as_deref())?;
+    let mut c = Cluster::connect(&pool, a.common.timeout)?;
+    // The truth: every tag under an `o:` key on its owner.
+    let mut truth: BTreeSet<Triple> = BTreeSet::new();
+    let mut o_keys = 0usize;
+    for sets in c.owned_sets("o:*")? {
+        for (k, members) in sets {
+            let Some(('o', rel, obj)) = parse_key(&k) else {
+                continue;
+            };
+            o_keys += 1;
+            for subj in members {
+                truth.insert((rel.to_owned(), obj.to_owned(), subj));
+            }
+        }
+    }
+    // The `s:` halves, on their owners.
+    let mut halves: BTreeSet<Triple> = BTreeSet::new();
+    for sets in c.owned_sets("s:*")? {
+        for (k, members) in sets {
+            let Some(('s', rel, subj)) = parse_key(&k) else {
+                continue;
+            };
+            for obj in members {
+                halves.insert((rel.to_owned(), obj, subj.to_owned()));
+            }
+        }
+    }
+    let n = c.nodes.len();
+    // Per node: s members to add, s members to remove.
+    let mut add: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); n];
+    let mut remove: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); n];
+    let mut checks: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); n];
+    let mut orphans: Vec<Vec<(usize, Vec<Vec<u8>>)>> = vec![Vec::new(); n];
+    for (rel, obj, subj) in truth.difference(&halves) {
+        let k = key('s', rel, subj);
+        let i = c.ring.locate(k.as_bytes());
+        add[i].push(vec![
+            b"SADD".to_vec(),
+            k.into_bytes(),
+            obj.as_bytes().to_vec(),
+        ]);
+    }
+    for (rel, obj, subj) in halves.difference(&truth) {
+        let k = key('s', rel, subj);
+        let i = c.ring.locate(k.as_bytes());
+        let ok = key('o', rel, obj);
+        let oi = c.ring.locate(ok.as_bytes());
+        // Checked again just before removing: a client may have written
+        // the `o` half since it was read.
+        checks[oi].push(vec![
+            b"SISMEMBER".to_vec(),
+            ok.into_bytes(),
+            subj.as_bytes().to_vec(),
+        ]);
+        orphans[oi].push((
+            i,
+            vec![b"SREM".to_vec(), k.into_bytes(), obj.as_bytes().to_vec()],
+        ));
+    }
+    if !a.dry_run {
+        for (oi, cmds) in checks.iter().enumerate() {
+            let replies = c.nodes[oi].pipeline(cmds)?;
+            for (r, (i, srem)) in replies.into_iter().zip(orphans[oi].drain(..)) {
+                if r == Reply::Int(0) {
+                    remove[i].push(srem);
+                }
+            }
+        }
+    } else {
+        for list in &mut orphans {
+            for (i, srem) in list.drain(..) {
+                remove[i].push(srem);
+            }
+        }
+    }
+    say!(
+        out,
+        "o halves: {} tags under {o_keys} keys; s halves: {} tags",
+        truth.len(),
+        halves.len()
+    );
+    say!(out, "node\ts_added\ts_removed");
+    let (mut added, mut removed) = (0usize, 0usize);
+    for i in 0..n {
+        if !a.dry_run {
+            c.nodes[i].pipeline(&add[i])?;
+            c.nodes[i].pipeline(&remove[i])?;
+        }
+        added += add[i].len();
+        removed += remove[i].len();
+        say!(
+            out,
+            "{}\t{}\t{}",
+            tsv::escape(&c.labels[i]),
+            add[i].len(),
+            remove[i].len()
+        );
+    }
+    let verb = if a.dry_run { "would add" } else { "added" };
+    let verb2 = if a.dry_run { "would remove" } else { "removed" };
+    say!(
+        out,
+        "{verb} {added} missing s members, {verb2} {removed} orphan s members"
+    );
+    Ok(())
+}
+
+/// `tagstore cluster reshard`.
+fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
+    let old = load_pool(&a.old_config, a.common.pool.as_deref())?;
+    let new = load_pool(&a.new_config, a.common.pool.as_deref())?;
+    let mut c_old = Cluster::connect(&old, a.common.timeout)?;
+    let mut c_new = Cluster::connect(&new, a.common.timeout)?;
+    // A node is the same node in both files when its address is.
+    let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
+    let new_index: BTreeMap<String, usize> =
+        (0..new.servers.len()).map(|j| (addr(&new, j), j)).collect();
+    let (mut total, mut moved) = (0usize, 0usize);
+    // Per new node: keys moved in; per old node: moved out.
+    let mut moved_in = vec![0usize; new.servers.len()];
+    let mut moved_out = vec![0usize; old.servers.len()];
+    let (mut removed, mut kept) = (0usize, 0usize);
+    for (i, out_i) in moved_out.iter_mut().enumerate() {
+        let sets = c_old.owned_sets_of(i)?;
+        let mut srem: Vec<Vec<Vec<u8>>> = Vec::new();
+        let mut sadd: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); new.servers.len()];
+        for (k, members) in sets {
+            // Emptied since it was listed: nothing to move.
+            if members.is_empty() {
+                continue;
+            }
+            total += 1;
+            let j = c_new.ring.locate(k.as_bytes());
+            if new_index.get(&addr(&old, i)) == Some(&j) {
+                continue;
+            }
+            moved += 1;
+            moved_in[j] += 1;
+            *out_i += 1;
+            let mut cmd = vec![b"SADD".to_vec(), k.as_bytes().to_vec()];
+            cmd.extend(members.iter().map(|m| m.as_bytes().to_vec()));
+            sadd[j].push(cmd);
+            if a.remove {
+                // The node keeps whole tags: removing a member removes the
+                // tag's other half there too, so keep it when that other
+                // half's key stays on this node under the new placement.
+                let Some((half, rel, _)) = parse_key(&k) else {
+                    continue;
+                };
+                for m in &members {
+                    let other = if half == 'o' {
+                        key('s', rel, m)
+                    } else {
+                        key('o', rel, m)
+                    };
+                    let stays =
+                        new_index.get(&addr(&old, i)) == Some(&c_new.ring.locate(other.as_bytes()));
+                    if stays {
+                        kept += 1;
+                    } else {
+                        removed += 1;
+                        srem.push(vec![
+                            b"SREM".to_vec(),
+                            k.as_bytes().to_vec(),
+                            m.as_bytes().to_vec(),
+                        ]);
+                    }
+                }
+            }
+        }
+        // Copies first, then removals: a key is never on neither node.
+        for (j, cmds) in sadd.iter().enumerate() {
+            c_new.nodes[j].pipeline(cmds)?;
+        }
+        c_old.nodes[i].pipeline(&srem)?;
+    }
+    let share = if total == 0 {
+        0.0
+    } else {
+        moved as f64 / total as f64
+    };
+    say!(out, "moved {moved} of {total} keys ({:.2}%)", 100.0 * share);
+    say!(out, "node\tmoved_out\tmoved_in");
+    for (j, s) in new.servers.iter().enumerate() {
+        let out_n = (0..old.servers.len())
+            .find(|&i| addr(&old, i) == addr(&new, j))
+            .map_or(0, |i| moved_out[i]);
+        say!(
+            out,
+            "{}\t{}\t{}",
+            tsv::escape(&s.label()),
+            out_n,
+            moved_in[j]
+        );
+    }
+    if a.remove {
+        say!(
+            out,
+            "removed {removed} members from their old nodes; kept {kept} whose tag's other half stays there"
+        );
+    }
+    Ok(())
+}
+
+impl Cluster {
+    /// Every key node `i` owns, with its members.
+    fn owned_sets_of(&mut self, i: usize) -> Result<BTreeMap<String, Vec<String>>, String> {
+        let keys = self.owned(i, "*")?;
+        let members = self.nodes[i].members(&keys)?;
+        Ok(keys.into_iter().zip(members).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse() {
+        assert_eq!(parse_key("o:3:isa:photo1"), Some(('o', "isa", "photo1")));
+        assert_eq!(parse_key("s:3:a:b:x:y"), Some(('s', "a:b", "x:y")));
+        assert_eq!(parse_key("s:0::"), Some(('s', "", "")));
+        for bad in ["x:3:isa:p", "o:3isa:p", "o:9:isa:p", "o::isa:p", "o:3:isa"] {
+            assert_eq!(parse_key(bad), None, "{bad}");
+        }
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+}

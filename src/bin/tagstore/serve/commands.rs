@@ -1,0 +1,319 @@
+//! Command dispatch: one request's arguments in, its reply appended to the
+//! connection's output.
+
+use super::keys::{self, Change, Key};
+use super::resp;
+use super::scan;
+use super::sscan;
+use tagstore::Store;
+
+/// What a connection needs to run commands.
+pub struct Context<'a> {
+    pub store: &'a Store,
+    /// `--requirepass`, if given.
+    pub password: Option<&'a [u8]>,
+}
+
+/// One connection's state.
+#[derive(Default)]
+pub struct Session {
+    /// AUTH succeeded (or no password is set).
+    pub authed: bool,
+}
+
+/// What running a command did besides replying.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Effect {
+    /// The store may have changed (a commit is due in `on-sync`).
+    pub wrote: bool,
+    /// Close the connection after the reply (`QUIT`).
+    pub close: bool,
+}
+
+/// Runs one request and appends its reply to `out`.
+pub fn execute(
+    ctx: &Context<'_>,
+    session: &mut Session,
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Effect {
+    let mut effect = Effect::default();
+    let Some((name, rest)) = args.split_first() else {
+        return effect;
+    };
+    let raw_name = name;
+    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    // Commands that need no AUTH.
+    match name.as_str() {
+        "auth" => {
+            auth(ctx, session, rest, out);
+            return effect;
+        }
+        "quit" => {
+            resp::simple(out, "OK");
+            effect.close = true;
+            return effect;
+        }
+        _ => {}
+    }
+    if !session.authed {
+        resp::error(out, "NOAUTH Authentication required.");
+        return effect;
+    }
+    let arity_ok = match name.as_str() {
+        "ping" => rest.len() <= 1,
+        "command" => true,
+        "scan" => !rest.is_empty(),
+        "smembers" | "scard" => rest.len() == 1,
+        "sismember" => rest.len() == 2,
+        "sadd" | "srem" | "smismember" | "sscan" => rest.len() >= 2,
+        _ => {
+            unknown(raw_name, rest, out);
+            return effect;
+        }
+    };
+    if !arity_ok {
+        resp::error(
+            out,
+            &format!("ERR wrong number of arguments for '{name}' command"),
+        );
+        return effect;
+    }
+    match name.as_str() {
+        "ping" => match rest.first() {
+            None => resp::simple(out, "PONG"),
+            Some(m) => resp::bulk(out, m),
+        },
+        // No command table: an empty array satisfies redis-cli's `COMMAND DOCS`.
+        "command" => resp::array(out, 0),
+        "scan" => {
+            if let Err(e) = scan_command(ctx.store, rest, out) {
+                resp::error(out, &format!("ERR {e}"));
+            }
+        }
+        _ => {
+            effect.wrote = matches!(name.as_str(), "sadd" | "srem");
+            if let Err(e) = set_command(ctx.store, &name, rest, out) {
+                resp::error(out, &format!("ERR {e}"));
+            }
+        }
+    }
+    effect
+}
+
+/// Why a set command failed before replying: a refused argument, or the store.
+enum Failure {
+    Refused(String),
+    Store(tagstore::Error),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Refused(m) => f.write_str(m),
+            Failure::Store(e @ tagstore::Error::TagTooLarge { .. }) => write!(f, "{e}"),
+            Failure::Store(e) => write!(f, "store: {e}"),
+        }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(m: String) -> Self {
+        Failure::Refused(m)
+    }
+}
+
+impl From<tagstore::Error> for Failure {
+    fn from(e: tagstore::Error) -> Self {
+        Failure::Store(e)
+    }
+}
+
+/// The set commands; `rest` has been checked for arity. Every argument is
+/// checked before the first write, so a refused request changes nothing.
+fn set_command(
+    store: &Store,
+    name: &str,
+    rest: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    let key = keys::parse_key(&rest[0])?;
+    let args = &rest[1..];
+    match name {
+        "sadd" | "srem" => {
+            let members = utf8_all(args)?;
+            let change = if name == "sadd" {
+                Change::Add
+            } else {
+                Change::Remove
+            };
+            if change == Change::Add {
+                // Refuse an oversized tag before writing any member.
+                for m in &members {
+                    let t = keys::tag(&key, m);
+                    if t.encoded_len() > tagstore::SLOT_SIZE {
+                        return Err(tagstore::Error::TagTooLarge {
+                            needed: t.encoded_len(),
+                            limit: tagstore::SLOT_SIZE,
+                        }
+                        .into());
+                    }
+                }
+            }
+            let mut n = 0;
+            for m in members {
+                n += i64::from(keys::apply(store, &key, m, change)?);
+            }
+            resp::int(out, n);
+        }
+        "sismember" => {
+            let m = keys::member(&args[0])?;
+            let hit = keys::contains(store, &key, m)?;
+            resp::int(out, i64::from(hit));
+        }
+        "smismember" => {
+            let members = utf8_all(args)?;
+            let mut body = Vec::new();
+            for m in &members {
+                resp::int(&mut body, i64::from(keys::contains(store, &key, m)?));
+            }
+            resp::array(out, members.len());
+            out.extend_from_slice(&body);
+        }
+        "smembers" => {
+            let mut body = Vec::new();
+            let n = keys::members(store, &key, |m| resp::bulk(&mut body, m.as_bytes()))?;
+            resp::array(out, n as usize);
+            out.extend_from_slice(&body);
+        }
+        "scard" => {
+            let n = keys::members(store, &key, |_| {})?;
+            resp::int(out, n as i64);
+        }
+        "sscan" => sscan_command(store, &key, args, out)?,
+        other => return Err(format!("unknown command '{other}'").into()),
+    }
+    Ok(())
+}
+
+fn utf8_all(args: &[Vec<u8>]) -> Result<Vec<&str>, String> {
+    args.iter().map(|a| keys::member(a)).collect()
+}
+
+/// `SSCAN key cursor [MATCH pattern] [COUNT n]`.
+fn sscan_command(
+    store: &Store,
+    key: &Key,
+    args: &[Vec<u8>],
+    out: &mut Vec<u8>,
+) -> Result<(), Failure> {
+    let (cursor, pattern, count) = scan_options(args)?;
+    let (members, next) = sscan::page(store, key, cursor, pattern, count)?;
+    resp::array(out, 2);
+    resp::bulk(out, next.to_string().as_bytes());
+    resp::array(out, members.len());
+    for m in &members {
+        resp::bulk(out, m.as_bytes());
+    }
+    Ok(())
+}
+
+/// `SCAN cursor [MATCH pattern] [COUNT n]` (a tagstore extension: the keys
+/// the store's tags make, see `scan.rs`).
+fn scan_command(store: &Store, args: &[Vec<u8>], out: &mut Vec<u8>) -> Result<(), Failure> {
+    let (cursor, pattern, count) = scan_options(args)?;
+    let (keys, next) = scan::page(store, cursor, pattern, count)?;
+    resp::array(out, 2);
+    resp::bulk(out, next.to_string().as_bytes());
+    resp::array(out, keys.len());
+    for k in &keys {
+        resp::bulk(out, k.as_bytes());
+    }
+    Ok(())
+}
+
+/// `cursor [MATCH pattern] [COUNT n]` of SCAN and SSCAN.
+fn scan_options(args: &[Vec<u8>]) -> Result<(u64, Option<&[u8]>, usize), Failure> {
+    let cursor = std::str::from_utf8(&args[0])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+        .ok_or_else(|| "invalid cursor".to_owned())?;
+    let (mut pattern, mut count) = (None, 10usize);
+    let mut opts = args[1..].chunks(2);
+    for pair in opts.by_ref() {
+        let [opt, value] = pair else {
+            return Err("syntax error".to_owned().into());
+        };
+        match opt.to_ascii_lowercase().as_slice() {
+            b"match" => pattern = Some(value.as_slice()),
+            b"count" => {
+                let n = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .ok_or_else(|| "value is not an integer or out of range".to_owned())?;
+                if n < 1 {
+                    return Err("syntax error".to_owned().into());
+                }
+                count = usize::try_from(n).unwrap_or(usize::MAX);
+            }
+            _ => return Err("syntax error".to_owned().into()),
+        }
+    }
+    Ok((cursor, pattern, count))
+}
+
+/// `AUTH password` or `AUTH default password`.
+fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[Vec<u8>], out: &mut Vec<u8>) {
+    let given = match rest {
+        [p] => p,
+        [user, p] if user.as_slice() == b"default" => p,
+        [_, _] => {
+            resp::error(
+                out,
+                "WRONGPASS invalid username-password pair or user is disabled.",
+            );
+            return;
+        }
+        _ => {
+            resp::error(out, "ERR wrong number of arguments for 'auth' command");
+            return;
+        }
+    };
+    match ctx.password {
+        None => resp::error(
+            out,
+            "ERR AUTH <password> called without any password configured for the default user. \
+             Are you sure your configuration is correct?",
+        ),
+        Some(p) if same(p, given) => {
+            session.authed = true;
+            resp::simple(out, "OK");
+        }
+        Some(_) => resp::error(
+            out,
+            "WRONGPASS invalid username-password pair or user is disabled.",
+        ),
+    }
+}
+
+/// Compares without stopping at the first differing byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// `-ERR unknown command 'name', with args beginning with: 'a' 'b' `, as
+/// Redis words it; client bytes are shown escaped and cut short.
+fn unknown(name: &[u8], rest: &[Vec<u8>], out: &mut Vec<u8>) {
+    let show = |b: &[u8]| -> String {
+        let s: String = String::from_utf8_lossy(b).escape_default().collect();
+        s.chars().take(128).collect()
+    };
+    let mut m = format!(
+        "ERR unknown command '{}', with args beginning with: ",
+        show(name)
+    );
+    for a in rest.iter().take(8) {
+        m.push_str(&format!("'{}' ", show(a)));
+    }
+    resp::error(out, &m);
+}

@@ -1,0 +1,188 @@
+//! The key scheme: how a Redis set key and member name a tag, and the one
+//! place where a set operation becomes a store operation.
+//!
+//! * `o:<len>:<relationship>:<object>` is the set of subjects of that
+//!   object under the relationship;
+//! * `s:<len>:<relationship>:<subject>` is the set of objects carrying
+//!   that subject under the relationship;
+//!
+//! `<len>` is the relationship's length in bytes, in decimal without
+//! leading zeros, so any relationship (even one holding `:`) is named
+//! exactly, and each tag has one spelling of each key (a proxy hashes the
+//! key's bytes: two spellings would land on two nodes). The name after the
+//! relationship's `:` runs to the end of the key. Keys and members are
+//! binary-safe on the wire but must be UTF-8, as tags are.
+
+use tagstore::{Half, Store, Tag};
+
+/// A parsed key: which half of the index, the relationship, and the object
+/// (`o:` keys) or subject (`s:` keys).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Key {
+    pub half: Half,
+    pub relationship: String,
+    pub name: String,
+}
+
+/// Why a key or member is refused; the text follows `ERR ` in the reply.
+pub type Refusal = String;
+
+/// Parses a key, or says what is wrong with it.
+pub fn parse_key(raw: &[u8]) -> Result<Key, Refusal> {
+    const FORMS: &str =
+        "keys are o:<len>:<relationship>:<object> or s:<len>:<relationship>:<subject>";
+    let (half, rest) = match raw {
+        [b'o', b':', rest @ ..] => (Half::Object, rest),
+        [b's', b':', rest @ ..] => (Half::Subject, rest),
+        _ => {
+            return Err(format!(
+                "malformed key: must start with 'o:' or 's:' ({FORMS})"
+            ))
+        }
+    };
+    let Some(colon) = rest.iter().position(|&b| b == b':') else {
+        return Err(format!(
+            "malformed key: no ':' after the relationship length ({FORMS})"
+        ));
+    };
+    let digits = &rest[..colon];
+    let len = match digits {
+        [] => None,
+        [b'0', _, ..] => None, // a leading zero: two spellings of one key
+        d if d.len() <= 3 && d.iter().all(u8::is_ascii_digit) => Some(
+            d.iter()
+                .fold(0usize, |n, &c| n * 10 + usize::from(c - b'0')),
+        ),
+        _ => None,
+    };
+    let Some(len) = len else {
+        return Err(format!(
+            "malformed key: relationship length '{}' is not a decimal number of at most 3 digits without leading zeros",
+            String::from_utf8_lossy(digits).escape_default()
+        ));
+    };
+    let body = &rest[colon + 1..];
+    if len >= body.len() {
+        return Err(format!(
+            "malformed key: relationship length {len} does not fit in the rest of the key \
+             ({} bytes, which must also hold ':' and the name)",
+            body.len()
+        ));
+    }
+    let (rel, tail) = body.split_at(len);
+    let Some(name) = tail.strip_prefix(b":") else {
+        return Err(format!(
+            "malformed key: no ':' after the {len}-byte relationship"
+        ));
+    };
+    let utf8 = |b: &[u8], what: &str| {
+        std::str::from_utf8(b)
+            .map(str::to_owned)
+            .map_err(|_| format!("malformed key: the {what} is not UTF-8"))
+    };
+    Ok(Key {
+        half,
+        relationship: utf8(rel, "relationship")?,
+        name: utf8(
+            name,
+            if half == Half::Object {
+                "object"
+            } else {
+                "subject"
+            },
+        )?,
+    })
+}
+
+/// A member as a string, or the refusal for one that is not UTF-8.
+pub fn member(raw: &[u8]) -> Result<&str, Refusal> {
+    std::str::from_utf8(raw).map_err(|_| "member is not UTF-8".to_owned())
+}
+
+/// The tag a key and one of its members name.
+pub fn tag(key: &Key, member: &str) -> Tag {
+    match key.half {
+        Half::Object => Tag::new(key.name.as_str(), key.relationship.as_str(), member),
+        Half::Subject => Tag::new(member, key.relationship.as_str(), key.name.as_str()),
+    }
+}
+
+/// A set write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Add,
+    Remove,
+}
+
+/// Applies `SADD`/`SREM` of one member: true when the set changed.
+///
+/// The one place a key becomes a store write. For now both halves of the
+/// tag are written whichever key names it; a node of a cluster that holds
+/// only the halves routed to it will write `key.half` alone here.
+pub fn apply(store: &Store, key: &Key, member: &str, change: Change) -> tagstore::Result<bool> {
+    let t = tag(key, member);
+    match change {
+        Change::Add => store.insert(&t),
+        Change::Remove => store.delete(&t),
+    }
+}
+
+/// `SISMEMBER` of one member.
+pub fn contains(store: &Store, key: &Key, member: &str) -> tagstore::Result<bool> {
+    store.contains(&tag(key, member))
+}
+
+/// Calls `f` with every member of the key's set; returns how many.
+pub fn members(store: &Store, key: &Key, f: impl FnMut(&str)) -> tagstore::Result<u64> {
+    match key.half {
+        Half::Object => store.for_each_subject(&key.name, &key.relationship, f),
+        Half::Subject => store.for_each_object(&key.name, &key.relationship, f),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_and_refuse() {
+        let k = parse_key(b"o:5:photo:p1").expect("valid");
+        assert_eq!(
+            (k.half, k.relationship.as_str(), k.name.as_str()),
+            (Half::Object, "photo", "p1")
+        );
+        let k = parse_key("s:3:a:b:sun set\t☀".as_bytes()).expect("valid");
+        assert_eq!(
+            (k.half, k.relationship.as_str(), k.name.as_str()),
+            (Half::Subject, "a:b", "sun set\t☀")
+        );
+        let k = parse_key(b"o:0::").expect("empty rel and name");
+        assert_eq!((k.relationship.as_str(), k.name.as_str()), ("", ""));
+        for (bad, says) in [
+            (&b"x:5:photo:p1"[..], "must start with"),
+            (b"o5:photo:p1", "must start with"),
+            (b"o:", "no ':'"),
+            (b"o:5photo", "no ':'"),
+            (b"o::photo:p1", "not a decimal"),
+            (b"o:05:photo:p1", "not a decimal"),
+            (b"o:+5:photo:p1", "not a decimal"),
+            (b"o:1000:photo:p1", "not a decimal"),
+            (b"o:9:photo:p1", "does not fit"),
+            (b"o:8:photo:p1", "does not fit"),
+            (b"o:4:photo:p1", "no ':' after the 4-byte"),
+            (b"o:5:ph\xffto:p1", "relationship is not UTF-8"),
+            (b"s:5:photo:p\xff", "subject is not UTF-8"),
+        ] {
+            let e = parse_key(bad).expect_err(&String::from_utf8_lossy(bad));
+            assert!(e.contains(says), "{e:?} should say {says:?}");
+        }
+    }
+
+    #[test]
+    fn both_keys_name_one_tag() {
+        let o = parse_key(b"o:5:photo:p1").expect("valid");
+        let s = parse_key(b"s:5:photo:sunset").expect("valid");
+        assert_eq!(tag(&o, "sunset"), tag(&s, "p1"));
+        assert_eq!(tag(&o, "sunset"), Tag::new("p1", "photo", "sunset"));
+    }
+}

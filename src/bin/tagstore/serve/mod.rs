@@ -1,0 +1,150 @@
+//! `tagstore serve`: a store over the Redis protocol (RESP2), each key a set
+//! (DESIGN.md §15).
+//!
+//! * `resp.rs`: request parser and reply encoders;
+//! * `keys.rs`: the key scheme, and the one function mapping a set write to
+//!   a store write;
+//! * `commands.rs`: command dispatch; `sscan.rs`: the SSCAN cursor and glob;
+//!   `scan.rs`: SCAN, the keys a store's tags make (an extension);
+//! * `conn.rs`: one connection (batches, commit, replies);
+//! * `server.rs`: accept loop, client limit, signals.
+//!
+//! Nothing a client sends may panic the server: no `unwrap` or `expect`
+//! outside tests.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod commands;
+mod conn;
+mod keys;
+mod resp;
+#[cfg(test)]
+mod resp_fuzz;
+mod scan;
+mod server;
+mod sscan;
+
+use crate::{open_rw, DurabilityArg, Fail, WaitArg};
+use clap::Args;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tagstore::{CreateOptions, Error, Store};
+
+/// Arguments of `tagstore serve`.
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Store file (created with default options if it does not exist).
+    store: PathBuf,
+    /// Address to listen on; port 0 picks a free port. The address bound
+    /// is printed on stdout as `listening on ADDR`.
+    #[arg(long, default_value = "127.0.0.1:6390")]
+    listen: String,
+    /// Require `AUTH` with this password before any other command.
+    #[arg(long)]
+    requirepass: Option<String>,
+    /// Connections served at once; one more is told
+    /// `-ERR max number of clients reached` and closed.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    max_clients: u64,
+    /// Largest request in bytes, framing included (8 MiB: a SADD of some
+    /// 50,000 members of the largest size). A larger one is a protocol
+    /// error that closes the connection.
+    #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(64..=1 << 30))]
+    max_request_bytes: u64,
+    /// When writes become durable: `immediate` (before each reply),
+    /// `on-sync` (one commit per pipelined batch, before its replies), or
+    /// `none` (at close; survives kill -9, not power loss).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
+    durability: DurabilityArg,
+    /// Drop a client that has not read its replies for this long (seconds).
+    #[arg(long, value_name = "SECONDS", default_value = "60")]
+    write_timeout: WaitArg,
+}
+
+/// Most arguments in one request (the command name included).
+const MAX_ARGS: usize = 1024 * 1024;
+
+/// Runs the server until SIGTERM or SIGINT, then closes the store cleanly.
+pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
+    if a.write_timeout.0.is_zero() {
+        return Err(Fail::Usage(
+            "serve",
+            "--write-timeout must be more than 0".into(),
+        ));
+    }
+    let listener = TcpListener::bind(&a.listen)
+        .map_err(|e| Fail::Error(format!("cannot listen on {}: {e}", a.listen)))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Fail::Error(format!("listening socket: {e}")))?;
+    let store = open_or_create(&a.store)?;
+    if let Err(e) = store.set_durability(a.durability.into()) {
+        let _ = store.close();
+        return Err(e.into());
+    }
+    let cfg = Arc::new(server::Config {
+        password: a.requirepass.map(String::into_bytes),
+        limits: resp::Limits {
+            max_request_bytes: usize::try_from(a.max_request_bytes).unwrap_or(usize::MAX),
+            max_args: MAX_ARGS,
+        },
+        commit_batches: matches!(a.durability, DurabilityArg::OnSync),
+        max_clients: usize::try_from(a.max_clients).unwrap_or(usize::MAX),
+        write_timeout: a.write_timeout.0,
+    });
+    let mut stdout = std::io::stdout();
+    if let Err(e) = writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush()) {
+        let _ = store.close();
+        return Err(Fail::Error(format!("writing to stdout: {e}")));
+    }
+    let store = Arc::new(store);
+    let served = server::run(listener, &store, &cfg);
+    // Every connection has ended and dropped its handle; a thread may still
+    // be unwinding its last frame, so give it a moment.
+    let mut store = store;
+    let mut tries = 0;
+    let store = loop {
+        match Arc::try_unwrap(store) {
+            Ok(s) => break s,
+            Err(_) if tries == 1000 => {
+                return Err(Fail::Error(format!(
+                    "{}: a connection still holds the store after 10 s; not closed \
+                     cleanly (the next open recovers it)",
+                    a.store.display()
+                )))
+            }
+            Err(s) => {
+                store = s;
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    };
+    let closed = store.close();
+    served.map_err(|e| Fail::Error(format!("serving: {e}")))?;
+    closed.map_err(|e| {
+        Fail::Error(format!(
+            "{}: closing the store: {e} (the next open recovers it)",
+            a.store.display()
+        ))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the store for writing, or creates it with default options.
+fn open_or_create(path: &std::path::Path) -> Result<Store, Fail> {
+    match open_rw(path) {
+        Err(Error::NotFound(_)) => match Store::create(path, &CreateOptions::default()) {
+            Ok(s) => {
+                eprintln!("tagstore serve: created {}", path.display());
+                Ok(s)
+            }
+            // Someone else created it meanwhile.
+            Err(Error::AlreadyExists(_)) => Ok(open_rw(path)?),
+            Err(e) => Err(e.into()),
+        },
+        r => Ok(r?),
+    }
+}

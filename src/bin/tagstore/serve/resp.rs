@@ -1,0 +1,292 @@
+//! RESP2: the request parser (multibulk frames and inline commands) and the
+//! reply encoders.
+//!
+//! The parser is incremental in the simplest way: it is handed the unread
+//! bytes and either returns one whole request and how many bytes it used,
+//! says the bytes are an incomplete request, or names a protocol error. Sizes
+//! are checked against [`Limits`] as soon as a header declares them, before
+//! anything is allocated or waited for.
+
+/// The most bytes an inline command line may take (as Redis).
+pub const MAX_INLINE: usize = 64 * 1024;
+/// Digits and sign a `*<count>` or `$<len>` header may hold before its CRLF.
+const MAX_HEADER_DIGITS: usize = 20;
+
+/// Bounds on one request.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Bytes of one request, framing included.
+    pub max_request_bytes: usize,
+    /// Arguments of one request, the command name included.
+    pub max_args: usize,
+}
+
+/// What the front of the buffer holds.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parsed {
+    /// One request (its arguments) and the bytes it used.
+    Request(Vec<Vec<u8>>, usize),
+    /// Bytes that carry no request (`*0`, `*-1`, a blank inline line).
+    Skip(usize),
+    /// Not a whole request yet: read more.
+    Incomplete,
+}
+
+/// A malformed or oversized request; the connection is closed after saying so.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ProtocolError(pub String);
+
+fn err<T>(m: impl Into<String>) -> Result<T, ProtocolError> {
+    Err(ProtocolError(m.into()))
+}
+
+/// Parses the request at the front of `buf`.
+pub fn parse(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
+    match buf.first() {
+        None => Ok(Parsed::Incomplete),
+        Some(b'*') => multibulk(buf, lim),
+        Some(_) => inline(buf, lim),
+    }
+}
+
+/// The decimal number in a header line at `at` (after its type byte) and
+/// where the next line starts; `None` when the line is not complete yet.
+fn header(buf: &[u8], at: usize, what: &str) -> Result<Option<(i64, usize)>, ProtocolError> {
+    let rest = &buf[at..];
+    let Some(cr) = rest
+        .iter()
+        .take(MAX_HEADER_DIGITS + 1)
+        .position(|&b| b == b'\r')
+    else {
+        if rest.len() > MAX_HEADER_DIGITS {
+            return err(format!("Protocol error: too big {what} count string"));
+        }
+        return Ok(None);
+    };
+    match rest.get(cr + 1) {
+        None => return Ok(None),
+        Some(b'\n') => {}
+        Some(_) => return err("Protocol error: expected '\\n' after '\\r'"),
+    }
+    let text = &rest[..cr];
+    let (neg, digits) = match text.split_first() {
+        Some((b'-', d)) => (true, d),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+        return err(format!("Protocol error: invalid {what} length"));
+    }
+    let n = digits
+        .iter()
+        .fold(0i64, |n, &d| n * 10 + i64::from(d - b'0'));
+    Ok(Some((if neg { -n } else { n }, at + cr + 2)))
+}
+
+fn multibulk(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
+    let Some((count, mut at)) = header(buf, 1, "multibulk")? else {
+        return Ok(Parsed::Incomplete);
+    };
+    if count <= 0 {
+        if count < -1 {
+            return err("Protocol error: invalid multibulk length");
+        }
+        return Ok(Parsed::Skip(at));
+    }
+    // Each argument needs at least "$0\r\n\r\n": a count that cannot fit
+    // is refused before any room is made for it.
+    let count = count as u64;
+    if count > lim.max_args as u64 {
+        return err(format!(
+            "Protocol error: {count} arguments, more than the {} a request may have",
+            lim.max_args
+        ));
+    }
+    if count.saturating_mul(6) > lim.max_request_bytes as u64 {
+        return err(too_big(lim));
+    }
+    let mut spans = Vec::with_capacity((count as usize).min(64));
+    for _ in 0..count {
+        match buf.get(at) {
+            None => return Ok(Parsed::Incomplete),
+            Some(b'$') => {}
+            Some(&c) => {
+                return err(format!(
+                    "Protocol error: expected '$', got '{}'",
+                    char::from(c).escape_default()
+                ))
+            }
+        }
+        let Some((len, start)) = header(buf, at + 1, "bulk")? else {
+            return Ok(Parsed::Incomplete);
+        };
+        if len < 0 {
+            return err("Protocol error: invalid bulk length");
+        }
+        let end = start as u64 + len as u64;
+        if end + 2 > lim.max_request_bytes as u64 {
+            return err(too_big(lim));
+        }
+        let end = end as usize;
+        if buf.len() < end + 2 {
+            return Ok(Parsed::Incomplete);
+        }
+        if &buf[end..end + 2] != b"\r\n" {
+            return err("Protocol error: bulk string not followed by CRLF");
+        }
+        spans.push((start, end));
+        at = end + 2;
+    }
+    let args = spans.iter().map(|&(s, e)| buf[s..e].to_vec()).collect();
+    Ok(Parsed::Request(args, at))
+}
+
+fn too_big(lim: &Limits) -> String {
+    format!(
+        "Protocol error: request larger than --max-request-bytes ({} bytes)",
+        lim.max_request_bytes
+    )
+}
+
+/// A command typed by hand: words split as Redis does, with "double" (C
+/// escapes, `\xHH`) and 'single' quotes.
+fn inline(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
+    let max = MAX_INLINE.min(lim.max_request_bytes);
+    let Some(nl) = buf.iter().take(max + 1).position(|&b| b == b'\n') else {
+        if buf.len() > max {
+            return err("Protocol error: too big inline request");
+        }
+        return Ok(Parsed::Incomplete);
+    };
+    let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);
+    let args = split_words(line)?;
+    if args.len() > lim.max_args {
+        return err("Protocol error: too many arguments");
+    }
+    Ok(if args.is_empty() {
+        Parsed::Skip(nl + 1)
+    } else {
+        Parsed::Request(args, nl + 1)
+    })
+}
+
+fn split_words(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
+    let unbalanced = || ProtocolError("Protocol error: unbalanced quotes in request".into());
+    let mut args = Vec::new();
+    let mut i = 0;
+    loop {
+        while line.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        if i >= line.len() {
+            return Ok(args);
+        }
+        let mut word = Vec::new();
+        let quote = match line[i] {
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                Some(q)
+            }
+            _ => None,
+        };
+        loop {
+            let Some(&c) = line.get(i) else {
+                if quote.is_some() {
+                    return Err(unbalanced());
+                }
+                break;
+            };
+            i += 1;
+            match quote {
+                None if c.is_ascii_whitespace() => break,
+                None => word.push(c),
+                Some(q) if c == q => {
+                    // A closing quote must end the word.
+                    if line.get(i).is_some_and(|b| !b.is_ascii_whitespace()) {
+                        return Err(unbalanced());
+                    }
+                    break;
+                }
+                Some(b'"') if c == b'\\' && i < line.len() => {
+                    let e = line[i];
+                    i += 1;
+                    let hex = |b: u8| char::from(b).to_digit(16);
+                    match (
+                        e,
+                        line.get(i).copied().and_then(hex),
+                        line.get(i + 1).copied().and_then(hex),
+                    ) {
+                        (b'x', Some(h), Some(l)) => {
+                            word.push((h * 16 + l) as u8);
+                            i += 2;
+                        }
+                        (b'n', ..) => word.push(b'\n'),
+                        (b'r', ..) => word.push(b'\r'),
+                        (b't', ..) => word.push(b'\t'),
+                        (b'b', ..) => word.push(8),
+                        (b'a', ..) => word.push(7),
+                        (other, ..) => word.push(other),
+                    }
+                }
+                Some(b'\'') if c == b'\\' && line.get(i) == Some(&b'\'') => {
+                    word.push(b'\'');
+                    i += 1;
+                }
+                Some(_) => word.push(c),
+            }
+        }
+        args.push(word);
+    }
+}
+
+/// `+text`: `text` must hold no CR or LF (only fixed strings are passed).
+pub fn simple(out: &mut Vec<u8>, text: &str) {
+    out.push(b'+');
+    out.extend_from_slice(text.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `-message`: the message starts with its code (`ERR ...`); CR and LF in
+/// it (from a client's bytes) become spaces.
+pub fn error(out: &mut Vec<u8>, message: &str) {
+    out.push(b'-');
+    out.extend(
+        message
+            .bytes()
+            .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+    );
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `:n`.
+pub fn int(out: &mut Vec<u8>, n: i64) {
+    out.push(b':');
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `$len` and the bytes.
+pub fn bulk(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(bytes.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(bytes);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `*n`: an array header; the `n` elements follow.
+pub fn array(out: &mut Vec<u8>, n: usize) {
+    out.push(b'*');
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A request as a client sends it: an array of bulk strings.
+#[cfg(test)]
+pub fn request(args: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    array(&mut out, args.len());
+    for a in args {
+        bulk(&mut out, a);
+    }
+    out
+}

@@ -1,0 +1,616 @@
+//! `tagstore cluster cloud|repair|reshard` against real processes: `tagstore
+//! serve` nodes behind nutcracker on free loopback ports, tags written
+//! through the proxy as a client writes them (`SADD o:…` then `SADD s:…`),
+//! and a single store loaded with the same tags as the reference.
+//!
+//! Needs `nutcracker` (Debian: `apt-get install nutcracker`). Without it the
+//! tests print a skip message and pass, unless `CI` is set: then they fail.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+use tagstore::{tsv, Tag};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
+
+/// Child processes, killed when the test ends however it ends.
+#[derive(Default)]
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn have_nutcracker() -> bool {
+    let ok = Command::new("nutcracker")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if ok {
+        return true;
+    }
+    let msg = "cluster_tools: nutcracker not installed (apt-get install nutcracker)";
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}; CI must install it (.ci/run does)");
+    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
+    false
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A RESP2 reply.
+#[derive(Debug, PartialEq)]
+enum Reply {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Vec<Reply>),
+}
+
+/// A raw RESP2 connection.
+struct Conn {
+    r: BufReader<TcpStream>,
+    w: std::io::BufWriter<TcpStream>,
+}
+
+impl Conn {
+    fn open(port: u16) -> std::io::Result<Conn> {
+        let s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let w = std::io::BufWriter::new(s.try_clone()?);
+        Ok(Conn {
+            r: BufReader::new(s),
+            w,
+        })
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        write!(self.w, "*{}\r\n", args.len()).unwrap();
+        for a in args {
+            write!(self.w, "${}\r\n", a.len()).unwrap();
+            self.w.write_all(a).unwrap();
+            self.w.write_all(b"\r\n").unwrap();
+        }
+    }
+
+    fn reply(&mut self) -> std::io::Result<Reply> {
+        self.w.flush()?;
+        let mut l = String::new();
+        self.r.read_line(&mut l)?;
+        if !l.ends_with("\r\n") {
+            return Err(std::io::Error::other(format!("bad RESP line {l:?}")));
+        }
+        l.truncate(l.len() - 2);
+        let (t, rest) = l.split_at(1);
+        let num = || {
+            rest.parse::<i64>()
+                .map_err(|_| std::io::Error::other(format!("bad number {l:?}")))
+        };
+        Ok(match t {
+            "+" => Reply::Simple(rest.to_string()),
+            "-" => Reply::Error(rest.to_string()),
+            ":" => Reply::Int(num()?),
+            "$" if num()? < 0 => Reply::Bulk(None),
+            "$" => {
+                let mut b = vec![0; num()? as usize + 2];
+                self.r.read_exact(&mut b)?;
+                b.truncate(b.len() - 2);
+                Reply::Bulk(Some(b))
+            }
+            "*" => {
+                let n = num()?;
+                let mut v = Vec::new();
+                for _ in 0..n {
+                    v.push(self.reply()?);
+                }
+                Reply::Array(v)
+            }
+            _ => return Err(std::io::Error::other(format!("bad reply {l:?}"))),
+        })
+    }
+
+    /// SMEMBERS, sorted.
+    fn smembers(&mut self, key: &str) -> std::io::Result<BTreeSet<String>> {
+        self.send(&[b"SMEMBERS", key.as_bytes()]);
+        match self.reply()? {
+            Reply::Array(items) => Ok(items
+                .into_iter()
+                .map(|r| match r {
+                    Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                    other => panic!("SMEMBERS item {other:?}"),
+                })
+                .collect()),
+            other => Err(std::io::Error::other(format!("SMEMBERS {key}: {other:?}"))),
+        }
+    }
+}
+
+/// Waits until `port` answers PING, or `child` exits, or 10 s pass.
+fn wait_ping(port: u16, child: &mut Child) -> bool {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        if let Ok(mut c) = Conn::open(port) {
+            c.send(&[b"PING"]);
+            if let Ok(Reply::Simple(p)) = c.reply() {
+                if p == "PONG" {
+                    return true;
+                }
+            }
+        }
+        sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// Runs tagstore; (exit code, stdout, stderr).
+fn tagstore(args: &[&str]) -> (i32, String, String) {
+    let o = Command::new(BIN).args(args).output().expect("run tagstore");
+    let s = |b: Vec<u8>| String::from_utf8(b).expect("UTF-8 output");
+    (o.status.code().unwrap_or(-1), s(o.stdout), s(o.stderr))
+}
+
+fn ok(args: &[&str]) -> String {
+    let (code, out, err) = tagstore(args);
+    assert_eq!(code, 0, "tagstore {args:?}: {err}");
+    out
+}
+
+/// A node: its store, its port (kept across restarts) and its process.
+struct Node {
+    store: PathBuf,
+    port: u16,
+    kid: usize,
+}
+
+/// Nodes and the proxy of one test.
+struct Cluster {
+    kids: Kids,
+    nodes: Vec<Node>,
+    dir: PathBuf,
+    proxy: u16,
+}
+
+impl Cluster {
+    /// `n` serve nodes (proxy not yet started).
+    fn nodes(dir: &Path, n: usize) -> Cluster {
+        let mut c = Cluster {
+            kids: Kids::default(),
+            nodes: Vec::new(),
+            dir: dir.to_path_buf(),
+            proxy: 0,
+        };
+        for i in 0..n {
+            let store = dir.join(format!("node{i}.tags"));
+            let st = Command::new(BIN)
+                .arg("create")
+                .arg(&store)
+                .args(["--expected-tags", "20000"])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap();
+            assert!(st.success());
+            c.nodes.push(Node {
+                store,
+                port: 0,
+                kid: 0,
+            });
+            c.start_node(i, None);
+        }
+        c
+    }
+
+    /// Starts node `i`, on `port` if given, else on a fresh free port.
+    fn start_node(&mut self, i: usize, port: Option<u16>) {
+        for _ in 0..50 {
+            let p = port.unwrap_or_else(free_port);
+            let mut child = Command::new(BIN)
+                .arg("serve")
+                .arg(&self.nodes[i].store)
+                .args(["--listen", &format!("127.0.0.1:{p}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start tagstore serve");
+            if wait_ping(p, &mut child) {
+                self.kids.0.push(child);
+                self.nodes[i].port = p;
+                self.nodes[i].kid = self.kids.0.len() - 1;
+                return;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            sleep(Duration::from_millis(100));
+        }
+        panic!("node {i} did not start");
+    }
+
+    /// SIGKILLs node `i` and starts it again on the same port.
+    fn kill_and_restart(&mut self, i: usize) {
+        let k = self.nodes[i].kid;
+        self.kids.0[k].kill().unwrap();
+        self.kids.0[k].wait().unwrap();
+        let port = self.nodes[i].port;
+        self.start_node(i, Some(port));
+    }
+
+    /// A config for the first `n` nodes (named n0, n1, …), listening on `listen`.
+    fn config(&self, n: usize, listen: u16) -> String {
+        let mut t = format!(
+            "tags:\n  listen: 127.0.0.1:{listen}\n  hash: md5\n  distribution: ketama\n  \
+             auto_eject_hosts: false\n  redis: true\n  servers:\n"
+        );
+        for (i, node) in self.nodes.iter().take(n).enumerate() {
+            t.push_str(&format!("   - 127.0.0.1:{}:1 n{i}\n", node.port));
+        }
+        t
+    }
+
+    /// Writes `name` for the first `n` nodes and (re)starts nutcracker on it.
+    fn start_proxy(&mut self, n: usize, name: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        for _ in 0..5 {
+            let port = free_port();
+            fs::write(&path, self.config(n, port)).unwrap();
+            let mut child = Command::new("nutcracker")
+                .arg("-c")
+                .arg(&path)
+                .args(["-s", &free_port().to_string(), "-a", "127.0.0.1"])
+                .arg("-o")
+                .arg(self.dir.join(format!("{name}.log")))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start nutcracker");
+            if wait_ping(port, &mut child) {
+                self.kids.0.push(child);
+                self.proxy = port;
+                return path;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        panic!("nutcracker did not come up");
+    }
+
+    fn conn(&self) -> Conn {
+        Conn::open(self.proxy).expect("connect to the proxy")
+    }
+}
+
+fn o_key(t: &Tag) -> String {
+    format!("o:{}:{}:{}", t.relationship.len(), t.relationship, t.object)
+}
+
+fn s_key(t: &Tag) -> String {
+    format!(
+        "s:{}:{}:{}",
+        t.relationship.len(),
+        t.relationship,
+        t.subject
+    )
+}
+
+/// Writes tags through the proxy, pipelined: `o` half then `s` half (or
+/// only one half).
+fn write(c: &mut Conn, tags: &[Tag], o: bool, s: bool) {
+    for chunk in tags.chunks(500) {
+        let mut n = 0;
+        for t in chunk {
+            if o {
+                c.send(&[b"SADD", o_key(t).as_bytes(), t.subject.as_bytes()]);
+                n += 1;
+            }
+            if s {
+                c.send(&[b"SADD", s_key(t).as_bytes(), t.object.as_bytes()]);
+                n += 1;
+            }
+        }
+        for _ in 0..n {
+            match c.reply().expect("proxy reply") {
+                Reply::Int(_) => {}
+                other => panic!("SADD through the proxy: {other:?}"),
+            }
+        }
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// `n` distinct tags, subjects skewed (a few very common, many rare), two
+/// relationships, some non-ASCII names and one with a tab.
+fn make_tags(seed: u64, n: usize) -> Vec<Tag> {
+    let mut r = Rng(seed | 1);
+    let mut set = BTreeSet::new();
+    while set.len() < n {
+        let i = set.len();
+        let obj = match i % 5 {
+            0 => format!("фото{}", r.next() % 3000),
+            1 => format!("p {}", r.next() % 3000),
+            _ => format!("obj{}", r.next() % 3000),
+        };
+        let a = r.next() % 300;
+        let b = r.next() % 300;
+        let subj = match a % 7 {
+            0 => format!("日本{}", a * b / 300),
+            1 => format!("t\t{}", a * b / 300),
+            _ => format!("sub{}", a * b / 300),
+        };
+        let rel = if r.next().is_multiple_of(4) {
+            "a:b"
+        } else {
+            "isa"
+        };
+        set.insert(Tag::new(obj, rel, subj));
+    }
+    set.into_iter().collect()
+}
+
+/// A single store loaded with `tags`.
+fn reference(dir: &Path, tags: &BTreeSet<Tag>) -> PathBuf {
+    let store = dir.join("ref.tags");
+    let file = dir.join("ref.tsv");
+    let mut text = String::new();
+    for t in tags {
+        text.push_str(&tsv::format_tag(t));
+        text.push('\n');
+    }
+    fs::write(&file, text).unwrap();
+    let s = store.to_str().unwrap();
+    ok(&["create", s, "--expected-tags", "20000"]);
+    ok(&["insert", s, "--file", file.to_str().unwrap()]);
+    store
+}
+
+/// FIND of the reference in both directions equals SMEMBERS through the
+/// proxy, for every object and subject of `tags` and of `extra`.
+fn same_finds(c: &mut Conn, reference: &Path, tags: &BTreeSet<Tag>, extra: &[Tag]) {
+    let mut o_keys: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut s_keys: BTreeSet<(String, String)> = BTreeSet::new();
+    for t in tags.iter().chain(extra) {
+        o_keys.insert((t.relationship.clone(), t.object.clone()));
+        s_keys.insert((t.relationship.clone(), t.subject.clone()));
+    }
+    // What the reference holds, from its export.
+    let mut want_o: std::collections::BTreeMap<(String, String), BTreeSet<String>> =
+        Default::default();
+    let mut want_s: std::collections::BTreeMap<(String, String), BTreeSet<String>> =
+        Default::default();
+    let export = ok(&["export", reference.to_str().unwrap()]);
+    for line in export.lines() {
+        let t = tsv::parse_line(line).unwrap();
+        want_o
+            .entry((t.relationship.clone(), t.object.clone()))
+            .or_default()
+            .insert(t.subject.clone());
+        want_s
+            .entry((t.relationship.clone(), t.subject.clone()))
+            .or_default()
+            .insert(t.object.clone());
+    }
+    let mut bad = Vec::new();
+    for (half, keys, want) in [('o', &o_keys, &want_o), ('s', &s_keys, &want_s)] {
+        for (rel, name) in keys {
+            let k = format!("{half}:{}:{rel}:{name}", rel.len());
+            let got = c.smembers(&k).expect("SMEMBERS through the proxy");
+            let w = want
+                .get(&(rel.clone(), name.clone()))
+                .cloned()
+                .unwrap_or_default();
+            if got != w {
+                bad.push(format!("{k:?}: proxy {got:?}, reference {w:?}"));
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} keys differ; first: {:#?}",
+        bad.len(),
+        &bad[..bad.len().min(5)]
+    );
+}
+
+#[test]
+fn cloud_equals_a_single_store() {
+    if !have_nutcracker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::nodes(tmp.path(), 3);
+    let conf = c.start_proxy(3, "cluster.yml");
+    let tags = make_tags(7, 6000);
+    write(&mut c.conn(), &tags, true, true);
+    let reference = reference(tmp.path(), &tags.iter().cloned().collect());
+    let (conf, reference) = (conf.to_str().unwrap(), reference.to_str().unwrap());
+    for rel in ["isa", "a:b", "none"] {
+        for top in ["10", "50", "100000"] {
+            let want = ok(&["cloud", reference, "--relationship", rel, "--top", top]);
+            let got = ok(&[
+                "cluster",
+                "cloud",
+                conf,
+                "--relationship",
+                rel,
+                "--top",
+                top,
+            ]);
+            assert_eq!(got, want, "cloud of {rel:?}, top {top}");
+            if rel == "isa" && top == "10" {
+                eprintln!("cluster cloud isa top 10:\n{got}");
+                assert_eq!(got.lines().count(), 10);
+            }
+        }
+    }
+    let want = ok(&["cloud", reference, "--relationship", "isa", "--json"]);
+    let got = ok(&["cluster", "cloud", conf, "--relationship", "isa", "--json"]);
+    assert_eq!(got, want, "--json");
+}
+
+#[test]
+fn repair_makes_s_halves_agree_with_o_halves() {
+    if !have_nutcracker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::nodes(tmp.path(), 3);
+    let conf = c.start_proxy(3, "cluster.yml");
+    let conf = conf.to_str().unwrap().to_owned();
+    let all = make_tags(11, 6000);
+    let (whole, rest) = all.split_at(5000);
+    let (o_only, rest) = rest.split_at(400);
+    let (killed, orphans) = rest.split_at(100);
+    write(&mut c.conn(), whole, true, true);
+    // Half writes: `o` without `s` (a client that died between them).
+    write(&mut c.conn(), o_only, true, false);
+    // A crash between the two writes of a client: the `o` halves written,
+    // the node that would take the `s` halves SIGKILLed and restarted, the
+    // `s` halves never sent.
+    write(&mut c.conn(), killed, true, false);
+    c.kill_and_restart(1);
+    // Orphan `s` members (their `o` halves lost). An orphan whose two keys
+    // share a node is a whole tag there, indistinguishable from a real one,
+    // so the orphans are those whose keys are on different nodes.
+    let mut keys = Vec::new();
+    for t in orphans {
+        keys.push(o_key(t));
+        keys.push(s_key(t));
+    }
+    let mut args = vec!["ring", conf.as_str()];
+    args.extend(keys.iter().map(String::as_str));
+    let placed = ok(&args);
+    let nodes: Vec<&str> = placed
+        .lines()
+        .map(|l| l.rsplit('\t').next().unwrap())
+        .collect();
+    let orphans: Vec<Tag> = orphans
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| nodes[2 * i] != nodes[2 * i + 1])
+        .map(|(_, t)| t.clone())
+        .collect();
+    assert!(orphans.len() > 300, "{} orphans", orphans.len());
+    // The proxy reconnects to the restarted node on the next request; the
+    // first may fail.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut p = c.conn();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write(&mut p, &orphans, false, true)
+        }));
+        if r.is_ok() {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "proxy never reached the restarted node"
+        );
+        sleep(Duration::from_millis(200));
+    }
+    let truth: BTreeSet<Tag> = whole.iter().chain(o_only).chain(killed).cloned().collect();
+    let reference = reference(tmp.path(), &truth);
+
+    let dry = ok(&["cluster", "repair", &conf, "--dry-run"]);
+    eprintln!("repair --dry-run:\n{dry}");
+    let out = ok(&["cluster", "repair", &conf]);
+    eprintln!("repair:\n{out}");
+    assert_eq!(
+        dry.lines().last().map(|l| l
+            .replace("would add", "added")
+            .replace("would remove", "removed")),
+        out.lines().last().map(str::to_owned),
+        "--dry-run reports what repair does"
+    );
+    let last = out.lines().last().unwrap();
+    let words: Vec<&str> = last.split(' ').collect();
+    let (added, removed): (usize, usize) = (words[1].parse().unwrap(), words[6].parse().unwrap());
+    // Every half-written tag lacked its `s` member, except those whose two
+    // keys share a node (a node keeps whole tags).
+    assert!(added > 250 && added <= 500, "{last}");
+    assert_eq!(removed, orphans.len(), "{last}");
+    same_finds(&mut c.conn(), &reference, &truth, &orphans);
+    // Nothing left to fix.
+    let again = ok(&["cluster", "repair", &conf]);
+    assert!(
+        again.ends_with("added 0 missing s members, removed 0 orphan s members\n"),
+        "{again}"
+    );
+}
+
+#[test]
+fn reshard_three_to_four_nodes() {
+    if !have_nutcracker() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::nodes(tmp.path(), 4);
+    let old = c.start_proxy(3, "old.yml");
+    let old = old.to_str().unwrap().to_owned();
+    let tags = make_tags(13, 6000);
+    write(&mut c.conn(), &tags, true, true);
+    let truth: BTreeSet<Tag> = tags.iter().cloned().collect();
+    let reference = reference(tmp.path(), &truth);
+    let new_path = tmp.path().join("new.yml");
+    fs::write(&new_path, c.config(4, free_port())).unwrap();
+    let new = new_path.to_str().unwrap().to_owned();
+
+    // Copy while nutcracker still runs on the old config.
+    let copied = ok(&["cluster", "reshard", &old, &new]);
+    eprintln!("reshard:\n{copied}");
+    let first = copied.lines().next().unwrap();
+    let pct: f64 = first
+        .rsplit('(')
+        .next()
+        .and_then(|s| s.strip_suffix("%)"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((20.0..=30.0).contains(&pct), "{first}");
+    same_finds(&mut c.conn(), &reference, &truth, &[]);
+    // Switch the proxy to the new config, then remove the moved keys.
+    let k = c.kids.0.len() - 1;
+    c.kids.0[k].kill().unwrap();
+    c.kids.0[k].wait().unwrap();
+    c.start_proxy(4, "new.yml");
+    let removed = ok(&["cluster", "reshard", &old, &new, "--remove"]);
+    eprintln!("reshard --remove:\n{removed}");
+    assert_eq!(removed.lines().next(), Some(first));
+    let node_d = removed.lines().find(|l| l.starts_with("n3\t")).unwrap();
+    assert!(node_d.starts_with("n3\t0\t"), "{node_d}");
+    // Every key where nutcracker now sends it, with the same members.
+    same_finds(&mut c.conn(), &reference, &truth, &[]);
+    // The halves agree on the new placement: repair finds nothing to fix.
+    let repair = ok(&["cluster", "repair", &new, "--dry-run"]);
+    assert!(
+        repair.ends_with("would add 0 missing s members, would remove 0 orphan s members\n"),
+        "{repair}"
+    );
+}

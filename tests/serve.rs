@@ -1,0 +1,860 @@
+//! `tagstore serve`: the real binary on a free loopback port, driven by a
+//! small RESP client written here; set commands against a model, both key
+//! forms, pipelining, errors, AUTH, limits, SSCAN under concurrent writes,
+//! durability across SIGKILL and SIGTERM, a slow reader, and redis-cli.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
+
+/// A reply as the client reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum R {
+    Simple(String),
+    Err(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Arr(Vec<R>),
+}
+
+impl R {
+    fn bulk(s: &str) -> R {
+        R::Bulk(s.as_bytes().to_vec())
+    }
+    fn err_text(&self) -> &str {
+        match self {
+            R::Err(e) => e,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+    /// The members of an array of bulk strings, sorted.
+    fn set(&self) -> BTreeSet<String> {
+        match self {
+            R::Arr(v) => v
+                .iter()
+                .map(|x| match x {
+                    R::Bulk(b) => String::from_utf8(b.clone()).expect("UTF-8 member"),
+                    other => panic!("expected a bulk string, got {other:?}"),
+                })
+                .collect(),
+            other => panic!("expected an array, got {other:?}"),
+        }
+    }
+}
+
+/// A request as a client encodes it.
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Client {
+    fn connect(addr: SocketAddr) -> Client {
+        let w = TcpStream::connect(addr).expect("connect");
+        // A hung server fails the test instead of hanging it.
+        w.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        let r = BufReader::new(w.try_clone().expect("clone"));
+        Client { r, w }
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).expect("send");
+    }
+
+    fn send(&mut self, args: &[&[u8]]) {
+        self.send_raw(&encode(args));
+    }
+
+    fn call(&mut self, args: &[&str]) -> R {
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        self.send(&a);
+        self.read().expect("reply")
+    }
+
+    fn line(&mut self) -> io::Result<String> {
+        let mut l = String::new();
+        if self.r.read_line(&mut l)? == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed"));
+        }
+        assert!(l.ends_with("\r\n"), "line without CRLF: {l:?}");
+        l.truncate(l.len() - 2);
+        Ok(l)
+    }
+
+    fn read(&mut self) -> io::Result<R> {
+        let l = self.line()?;
+        let (t, rest) = l.split_at(1);
+        let num = || rest.parse::<i64>().expect("number");
+        Ok(match t {
+            "+" => R::Simple(rest.to_owned()),
+            "-" => R::Err(rest.to_owned()),
+            ":" => R::Int(num()),
+            "$" if num() < 0 => R::Nil,
+            "$" => {
+                let mut b = vec![0; num() as usize + 2];
+                self.r.read_exact(&mut b)?;
+                assert_eq!(&b[b.len() - 2..], b"\r\n");
+                b.truncate(b.len() - 2);
+                R::Bulk(b)
+            }
+            "*" => R::Arr((0..num()).map(|_| self.read()).collect::<io::Result<_>>()?),
+            _ => panic!("bad reply line {l:?}"),
+        })
+    }
+
+    /// True when the server has closed the connection (after any replies).
+    fn closed(&mut self) -> bool {
+        let mut b = Vec::new();
+        match self.r.read_to_end(&mut b) {
+            Ok(_) => b.is_empty(),
+            // A reset also ends the connection; a timeout does not.
+            Err(e) => b.is_empty() && e.kind() == io::ErrorKind::ConnectionReset,
+        }
+    }
+}
+
+struct Server {
+    child: Child,
+    _stdout: BufReader<ChildStdout>,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(store: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg(store)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tagstore serve");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        out.read_line(&mut line).expect("read the listening line");
+        let addr = line
+            .trim_end()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("first line {line:?}"))
+            .parse()
+            .expect("an address");
+        Server {
+            child,
+            _stdout: out,
+            addr,
+        }
+    }
+
+    fn client(&self) -> Client {
+        Client::connect(self.addr)
+    }
+
+    /// SIGTERM, then the exit status.
+    fn term(mut self) -> ExitStatus {
+        let pid = self.child.id() as libc::pid_t;
+        // SAFETY: signalling our own child, which has not been reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+        self.child.wait().expect("wait")
+    }
+
+    /// SIGKILL, and wait for it.
+    fn kill(mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("wait");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn temp_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("s.tags");
+    (dir, p)
+}
+
+/// `o:<len>:<rel>:<object>`, `s:<len>:<rel>:<subject>`.
+fn okey(rel: &str, object: &str) -> String {
+    format!("o:{}:{rel}:{object}", rel.len())
+}
+fn skey(rel: &str, subject: &str) -> String {
+    format!("s:{}:{rel}:{subject}", rel.len())
+}
+
+/// xorshift64*: deterministic per seed, printed so a failure can be replayed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn pick<'a>(&mut self, v: &'a [String]) -> &'a str {
+        &v[self.below(v.len())]
+    }
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("SERVE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    eprintln!("SERVE_SEED={s}");
+    s
+}
+
+#[test]
+fn set_commands_match_a_model() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut c = srv.client();
+    let mut rng = Rng(seed());
+    let objects: Vec<String> = [
+        "p1",
+        "photo two",
+        "ü\tß",
+        "x".repeat(90).as_str(),
+        "",
+        "日本語の写真",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let rels: Vec<String> = ["photo", "a:b", "関係", "r\tel"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let subjects: Vec<String> = [
+        "sunset",
+        "beach 🏖",
+        "tab\there",
+        "y".repeat(70).as_str(),
+        "s:5:x",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut model: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let fits = |o: &str, r: &str, s: &str| 4 + o.len() + r.len() + s.len() <= 160;
+    for step in 0..1500 {
+        let (o, r, s) = (rng.pick(&objects), rng.pick(&rels), rng.pick(&subjects));
+        let by_object = rng.below(2) == 0;
+        let (key, member) = if by_object {
+            (okey(r, o), s)
+        } else {
+            (skey(r, s), o)
+        };
+        let t = (o.to_owned(), r.to_owned(), s.to_owned());
+        let ctx = format!("step {step}: {key:?} {member:?}");
+        match rng.below(5) {
+            0 | 1 => {
+                let got = c.call(&["SADD", &key, member]);
+                if fits(o, r, s) {
+                    assert_eq!(got, R::Int(i64::from(model.insert(t))), "{ctx}");
+                } else {
+                    assert!(got.err_text().contains("tag needs"), "{ctx}: {got:?}");
+                }
+            }
+            2 => {
+                let got = c.call(&["SREM", &key, member]);
+                assert_eq!(got, R::Int(i64::from(model.remove(&t))), "{ctx}");
+            }
+            3 => {
+                let got = c.call(&["SISMEMBER", &key, member]);
+                assert_eq!(got, R::Int(i64::from(model.contains(&t))), "{ctx}");
+            }
+            _ => {
+                let other = rng
+                    .pick(if by_object { &subjects } else { &objects })
+                    .to_owned();
+                let t2 = if by_object {
+                    (o.to_owned(), r.to_owned(), other.clone())
+                } else {
+                    (other.clone(), r.to_owned(), s.to_owned())
+                };
+                let got = c.call(&["SMISMEMBER", &key, member, &other]);
+                let want = R::Arr(vec![
+                    R::Int(i64::from(model.contains(&t))),
+                    R::Int(i64::from(model.contains(&t2))),
+                ]);
+                assert_eq!(got, want, "{ctx}");
+            }
+        }
+    }
+    // Every set, both forms: SMEMBERS and SCARD equal the model's.
+    for r in &rels {
+        for o in &objects {
+            let want: BTreeSet<String> = model
+                .iter()
+                .filter(|t| &t.0 == o && &t.1 == r)
+                .map(|t| t.2.clone())
+                .collect();
+            assert_eq!(
+                c.call(&["SMEMBERS", &okey(r, o)]).set(),
+                want,
+                "{o:?} {r:?}"
+            );
+            assert_eq!(c.call(&["SCARD", &okey(r, o)]), R::Int(want.len() as i64));
+        }
+        for s in &subjects {
+            let want: BTreeSet<String> = model
+                .iter()
+                .filter(|t| &t.2 == s && &t.1 == r)
+                .map(|t| t.0.clone())
+                .collect();
+            assert_eq!(
+                c.call(&["SMEMBERS", &skey(r, s)]).set(),
+                want,
+                "{s:?} {r:?}"
+            );
+            assert_eq!(c.call(&["SCARD", &skey(r, s)]), R::Int(want.len() as i64));
+        }
+    }
+    assert!(!model.is_empty());
+}
+
+#[test]
+fn both_key_forms_name_one_tag() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut c = srv.client();
+    assert_eq!(c.call(&["SADD", "o:5:photo:p1", "sunset"]), R::Int(1));
+    // The same tag through the other key: already there.
+    assert_eq!(c.call(&["sadd", "s:5:photo:sunset", "p1"]), R::Int(0));
+    assert_eq!(
+        c.call(&["SMEMBERS", "s:5:photo:sunset"]),
+        R::Arr(vec![R::bulk("p1")])
+    );
+    assert_eq!(c.call(&["SISMEMBER", "s:5:photo:sunset", "p1"]), R::Int(1));
+    assert_eq!(c.call(&["SREM", "s:5:photo:sunset", "p1"]), R::Int(1));
+    assert_eq!(c.call(&["SMEMBERS", "o:5:photo:p1"]), R::Arr(vec![]));
+    assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(0));
+    // A SADD of several members counts those added.
+    assert_eq!(c.call(&["SADD", "o:5:photo:p1", "a", "b", "a"]), R::Int(2));
+    assert_eq!(c.call(&["SREM", "o:5:photo:p1", "a", "zz"]), R::Int(1));
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut c = srv.client();
+    let mut wire = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..1000 {
+        let m = format!("m{}", i / 3);
+        let (args, reply): (Vec<String>, R) = match i % 3 {
+            0 => (vec!["SADD".into(), "o:1:r:x".into(), m], R::Int(1)),
+            1 => (
+                vec!["SISMEMBER".into(), "s:1:r:".to_owned() + &m, "x".into()],
+                R::Int(1),
+            ),
+            _ => (vec!["PING".into(), m.clone()], R::Bulk(m.into_bytes())),
+        };
+        let a: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        wire.extend_from_slice(&encode(&a));
+        want.push(reply);
+    }
+    c.send_raw(&wire);
+    for (i, w) in want.iter().enumerate() {
+        assert_eq!(&c.read().expect("reply"), w, "reply {i}");
+    }
+    assert_eq!(c.call(&["SCARD", "o:1:r:x"]), R::Int(334));
+}
+
+#[test]
+fn errors_keep_the_connection_and_name_the_problem() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut c = srv.client();
+    let e = c.call(&["GET", "foo"]);
+    assert!(
+        e.err_text().starts_with("ERR unknown command 'GET'"),
+        "{e:?}"
+    );
+    let e = c.call(&["SADD", "o:5:photo:p1"]);
+    assert_eq!(
+        e.err_text(),
+        "ERR wrong number of arguments for 'sadd' command"
+    );
+    let e = c.call(&["SMEMBERS"]);
+    assert_eq!(
+        e.err_text(),
+        "ERR wrong number of arguments for 'smembers' command"
+    );
+    for (key, says) in [
+        ("photo:p1", "must start with 'o:' or 's:'"),
+        ("o:x:photo:p1", "not a decimal number"),
+        ("o:05:photo:p1", "not a decimal number"),
+        ("o:50:photo:p1", "does not fit in the rest of the key"),
+        ("o:4:photo:p1", "no ':' after the 4-byte relationship"),
+        ("o:5", "no ':' after the relationship length"),
+    ] {
+        let e = c.call(&["SADD", key, "m"]);
+        assert!(
+            e.err_text().starts_with("ERR malformed key") && e.err_text().contains(says),
+            "{key}: {e:?}"
+        );
+        let e = c.call(&["SMEMBERS", key]);
+        assert!(e.err_text().contains(says), "{key}: {e:?}");
+    }
+    c.send(&[b"SADD", b"o:5:photo:p\xff", b"m"]);
+    assert!(c
+        .read()
+        .expect("reply")
+        .err_text()
+        .contains("object is not UTF-8"));
+    c.send(&[b"SADD", b"o:5:photo:p1", b"ok", b"m\xfe"]);
+    assert!(c
+        .read()
+        .expect("reply")
+        .err_text()
+        .contains("member is not UTF-8"));
+    // Refused as a whole: "ok" was not added either.
+    assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(0));
+    let long = "z".repeat(200);
+    let e = c.call(&["SADD", "o:5:photo:p1", "fine", &long]);
+    assert!(
+        e.err_text()
+            .contains("tag needs 211 bytes but a slot holds 160"),
+        "{e:?}"
+    );
+    assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(0));
+    assert_eq!(
+        c.call(&["SSCAN", "o:5:photo:p1", "x"]).err_text(),
+        "ERR invalid cursor"
+    );
+    assert_eq!(
+        c.call(&["SSCAN", "o:5:photo:p1", "0", "COUNT", "0"])
+            .err_text(),
+        "ERR syntax error"
+    );
+    assert_eq!(
+        c.call(&["SSCAN", "o:5:photo:p1", "0", "BOGUS"]).err_text(),
+        "ERR syntax error"
+    );
+    // Redis-cli's start-up calls, PING, inline commands.
+    assert_eq!(c.call(&["COMMAND", "DOCS"]), R::Arr(vec![]));
+    assert_eq!(c.call(&["COMMAND"]), R::Arr(vec![]));
+    assert_eq!(c.call(&["ping"]), R::Simple("PONG".into()));
+    c.send_raw(b"PING\r\n\r\nSADD o:5:photo:p1 \"a b\"\r\nSMEMBERS o:5:photo:p1\n");
+    assert_eq!(c.read().expect("reply"), R::Simple("PONG".into()));
+    assert_eq!(c.read().expect("reply"), R::Int(1));
+    assert_eq!(c.read().expect("reply"), R::Arr(vec![R::bulk("a b")]));
+    assert_eq!(c.call(&["QUIT"]), R::Simple("OK".into()));
+    assert!(c.closed());
+}
+
+#[test]
+fn protocol_errors_are_answered_then_the_connection_closes() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--max-request-bytes", "1000"]);
+    for (bytes, says) in [
+        (&b"*1\r\n+PING\r\n"[..], "expected '$'"),
+        (b"*x\r\n", "invalid multibulk length"),
+        (b"*1\r\n$-5\r\n", "invalid bulk length"),
+        (b"*1\r\n$4\r\nPINGxx", "not followed by CRLF"),
+        // Refused from the header alone, before the body is sent.
+        (
+            b"*2\r\n$4\r\nSADD\r\n$5000\r\n",
+            "larger than --max-request-bytes (1000 bytes)",
+        ),
+        (b"*100000\r\n", "larger than --max-request-bytes"),
+        (b"PING \"unclosed\r\n", "unbalanced quotes"),
+    ] {
+        let mut c = srv.client();
+        // A good request ahead of the bad one is still answered.
+        let mut wire = encode(&[b"PING"]);
+        wire.extend_from_slice(bytes);
+        c.send_raw(&wire);
+        assert_eq!(c.read().expect("reply"), R::Simple("PONG".into()));
+        let e = c.read().expect("reply");
+        assert!(
+            e.err_text().starts_with("ERR Protocol error") && e.err_text().contains(says),
+            "{e:?}"
+        );
+        assert!(c.closed(), "{says}");
+    }
+    // Just under the limit is served.
+    let mut c = srv.client();
+    let m = "m".repeat(100);
+    assert_eq!(c.call(&["SADD", "o:1:r:x", &m]), R::Int(1));
+    let big = "q".repeat(900);
+    assert!(c.call(&["PING", &big]) == R::Bulk(big.into_bytes()));
+}
+
+#[test]
+fn auth_gates_every_command() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--requirepass", "s3cret"]);
+    let mut c = srv.client();
+    assert_eq!(
+        c.call(&["PING"]).err_text(),
+        "NOAUTH Authentication required."
+    );
+    assert_eq!(
+        c.call(&["SADD", "o:1:r:x", "y"]).err_text(),
+        "NOAUTH Authentication required."
+    );
+    assert!(c
+        .call(&["AUTH", "wrong"])
+        .err_text()
+        .starts_with("WRONGPASS"));
+    assert!(c
+        .call(&["AUTH", "someone", "s3cret"])
+        .err_text()
+        .starts_with("WRONGPASS"));
+    assert_eq!(
+        c.call(&["PING"]).err_text(),
+        "NOAUTH Authentication required."
+    );
+    // Before AUTH a request is held to 10 arguments.
+    let mut many = vec!["AUTH"];
+    many.extend(std::iter::repeat_n("x", 11));
+    assert!(c.call(&many).err_text().contains("Protocol error"));
+    assert!(c.closed());
+    let mut c = srv.client();
+    assert_eq!(c.call(&["AUTH", "s3cret"]), R::Simple("OK".into()));
+    assert_eq!(c.call(&["SADD", "o:1:r:x", "y"]), R::Int(1));
+    let mut c2 = srv.client();
+    assert_eq!(
+        c2.call(&["AUTH", "default", "s3cret"]),
+        R::Simple("OK".into())
+    );
+    assert_eq!(
+        c2.call(&["SMEMBERS", "s:1:r:y"]),
+        R::Arr(vec![R::bulk("x")])
+    );
+    // With no password set, AUTH is an error (as Redis).
+    let (_d2, path2) = temp_store();
+    let open = Server::start(&path2, &[]);
+    let e = open.client().call(&["AUTH", "x"]);
+    assert!(
+        e.err_text().contains("without any password configured"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn max_clients_refuses_the_next_connection() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--max-clients", "2"]);
+    let mut a = srv.client();
+    let mut b = srv.client();
+    assert_eq!(a.call(&["PING"]), R::Simple("PONG".into()));
+    assert_eq!(b.call(&["PING"]), R::Simple("PONG".into()));
+    let mut c = srv.client();
+    assert_eq!(
+        c.read().expect("reply").err_text(),
+        "ERR max number of clients reached"
+    );
+    assert!(c.closed());
+    // Once a client leaves, a new one is served (the server notices the
+    // departure in its own time: retry for a while).
+    drop(b);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut d = srv.client();
+        d.send(&[b"PING"]);
+        match d.read() {
+            Ok(R::Simple(p)) if p == "PONG" => break,
+            Ok(R::Err(e)) if e == "ERR max number of clients reached" => {}
+            Err(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the departed client's place was never freed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(a.call(&["PING"]), R::Simple("PONG".into()));
+}
+
+#[test]
+fn sscan_returns_each_member_once_under_concurrent_writes() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let key = "s:3:tag:hot";
+    let stable: BTreeSet<String> = (0..2000).map(|i| format!("stable-{i}")).collect();
+    let mut c = srv.client();
+    for chunk in stable.iter().collect::<Vec<_>>().chunks(500) {
+        let mut args = vec!["SADD", key];
+        args.extend(chunk.iter().map(|s| s.as_str()));
+        assert_eq!(c.call(&args), R::Int(chunk.len() as i64));
+    }
+    // Another connection adds and removes other members of the same set
+    // for the whole scan (and other sets, moving the store around).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (stop, addr) = (stop.clone(), srv.addr);
+        std::thread::spawn(move || {
+            let mut w = Client::connect(addr);
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let m = format!("churn-{}", n % 500);
+                let op = if (n / 500).is_multiple_of(2) {
+                    "SADD"
+                } else {
+                    "SREM"
+                };
+                let r = w.call(&[op, key, &m]);
+                assert!(matches!(r, R::Int(_)), "{r:?}");
+                let r = w.call(&[op, &skey("tag", &format!("cold-{}", n % 97)), &m]);
+                assert!(matches!(r, R::Int(_)), "{r:?}");
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut seen: HashMap<String, u32> = HashMap::new();
+    let mut cursor = "0".to_owned();
+    let mut pages = 0;
+    loop {
+        let r = c.call(&["SSCAN", key, &cursor, "COUNT", "25"]);
+        let R::Arr(v) = r else { panic!("{r:?}") };
+        let [R::Bulk(next), members] = v.as_slice() else {
+            panic!("{v:?}")
+        };
+        for m in members.set() {
+            *seen.entry(m).or_default() += 1;
+        }
+        cursor = String::from_utf8(next.clone()).expect("cursor");
+        pages += 1;
+        if cursor == "0" {
+            break;
+        }
+        assert!(pages < 100_000, "the scan does not end");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.join().expect("writer");
+    assert!(writes > 0 && pages > 1, "writes {writes}, pages {pages}");
+    for m in &stable {
+        assert_eq!(seen.get(m), Some(&1), "{m} seen {:?} times", seen.get(m));
+    }
+    for (m, n) in &seen {
+        assert_eq!(*n, 1, "{m} returned {n} times");
+        assert!(stable.contains(m) || m.starts_with("churn-"), "{m}");
+    }
+    // MATCH filters; a full scan with a large COUNT is one page.
+    let r = c.call(&["SSCAN", key, "0", "MATCH", "stable-1?", "COUNT", "100000"]);
+    let R::Arr(v) = r else { panic!("{r:?}") };
+    assert_eq!(v[0], R::bulk("0"));
+    let want: BTreeSet<String> = (10..20).map(|i| format!("stable-{i}")).collect();
+    assert_eq!(v[1].set(), want);
+}
+
+/// Writes `n` tags pipelined in one batch and checks every reply.
+fn write_batch(c: &mut Client, prefix: &str, n: usize) {
+    let mut wire = Vec::new();
+    for i in 0..n {
+        let m = format!("{prefix}-{i}");
+        wire.extend_from_slice(&encode(&[b"SADD", b"o:1:r:obj", m.as_bytes()]));
+    }
+    c.send_raw(&wire);
+    for i in 0..n {
+        assert_eq!(c.read().expect("reply"), R::Int(1), "reply {i}");
+    }
+}
+
+#[test]
+fn on_sync_replies_come_after_the_commit_so_sigkill_loses_nothing_acknowledged() {
+    let (_d, path) = temp_store();
+    for round in 0..3 {
+        let srv = Server::start(&path, &["--durability", "on-sync"]);
+        let mut c = srv.client();
+        write_batch(&mut c, &format!("round{round}"), 500);
+        // Killed the moment the replies are in: what they acknowledged was
+        // committed (on-sync keeps uncommitted changes in memory only).
+        srv.kill();
+    }
+    let srv = Server::start(&path, &["--durability", "on-sync"]);
+    let mut c = srv.client();
+    assert_eq!(c.call(&["SCARD", "o:1:r:obj"]), R::Int(1500));
+    assert_eq!(c.call(&["SISMEMBER", "s:1:r:round2-499", "obj"]), R::Int(1));
+}
+
+#[test]
+fn sigterm_closes_the_store_cleanly() {
+    let (_d, path) = temp_store();
+    for mode in ["immediate", "none"] {
+        let srv = Server::start(&path, &["--durability", mode]);
+        let mut c = srv.client();
+        write_batch(&mut c, mode, 200);
+        // An idle second connection does not hold up the stop.
+        let mut idle = srv.client();
+        assert_eq!(idle.call(&["PING"]), R::Simple("PONG".into()));
+        let status = srv.term();
+        assert!(status.success(), "{mode}: {status:?}");
+        assert!(idle.closed());
+        let store = tagstore::Store::open(&path).expect("open");
+        assert!(
+            !store.recovered_on_open(),
+            "{mode}: the store was not closed cleanly"
+        );
+        assert_eq!(
+            store.find_subjects("obj", "r").count(),
+            if mode == "none" { 400 } else { 200 }
+        );
+        store.close().expect("close");
+    }
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_others_are_served() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--write-timeout", "1", "--max-clients", "2"]);
+    let mut c = srv.client();
+    // A set whose SMEMBERS reply is about 14 KB.
+    let members: Vec<String> = (0..100)
+        .map(|i| format!("{i:03}{}", "m".repeat(137)))
+        .collect();
+    let mut args = vec!["SADD", "o:1:r:big"];
+    args.extend(members.iter().map(|s| s.as_str()));
+    assert_eq!(c.call(&args), R::Int(100));
+    // 2,000 of them (28 MB of replies), never read: more than the socket
+    // buffers hold, so the server's writes block.
+    let mut stuck = srv.client();
+    let mut wire = Vec::new();
+    for _ in 0..2000 {
+        wire.extend_from_slice(&encode(&[b"SMEMBERS", b"o:1:r:big"]));
+    }
+    stuck.send_raw(&wire);
+    // Meanwhile the other client is served.
+    for _ in 0..20 {
+        assert_eq!(c.call(&["SCARD", "o:1:r:big"]), R::Int(100));
+    }
+    // With two clients allowed, a third is admitted only once the stuck
+    // one has been dropped.
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut d = srv.client();
+        d.send(&[b"PING"]);
+        match d.read() {
+            Ok(R::Simple(p)) if p == "PONG" => {
+                // Two places: the stuck client may hold one; try once more.
+                let mut e = srv.client();
+                e.send(&[b"PING"]);
+                if matches!(e.read(), Ok(R::Simple(_))) {
+                    break;
+                }
+            }
+            Ok(R::Err(_)) | Err(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stuck client was never dropped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(stuck);
+}
+
+#[test]
+fn redis_cli_talks_to_a_node() {
+    let found = Command::new("redis-cli")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "redis-cli is missing, and CI must have it (.ci/run installs redis-tools)"
+        );
+        eprintln!("skipped: redis-cli is not installed (apt-get install redis-tools)");
+        return;
+    }
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--requirepass", "pw"]);
+    let port = srv.addr.port().to_string();
+    let cli = |args: &[&str]| -> String {
+        let o = Command::new("redis-cli")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port,
+                "-a",
+                "pw",
+                "--no-auth-warning",
+            ])
+            .args(args)
+            .output()
+            .expect("run redis-cli");
+        assert!(o.status.success(), "{args:?}: {o:?}");
+        String::from_utf8(o.stdout).expect("UTF-8")
+    };
+    assert_eq!(cli(&["PING"]), "PONG\n");
+    assert_eq!(cli(&["SADD", "o:5:photo:p1", "sunset", "beach"]), "2\n");
+    assert_eq!(cli(&["SADD", "o:5:photo:p2", "sunset"]), "1\n");
+    let mut objects: Vec<String> = cli(&["SMEMBERS", "s:5:photo:sunset"])
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    objects.sort();
+    assert_eq!(objects, ["p1", "p2"]);
+    assert_eq!(cli(&["SCARD", "o:5:photo:p1"]), "2\n");
+    assert_eq!(cli(&["SISMEMBER", "s:5:photo:beach", "p1"]), "1\n");
+    let scan = cli(&["SSCAN", "o:5:photo:p1", "0"]);
+    let mut lines: Vec<&str> = scan.lines().collect();
+    lines.sort();
+    assert_eq!(lines, ["0", "beach", "sunset"]);
+    assert!(cli(&["GET", "x"]).contains("unknown command"));
+    // Interactive mode (it calls COMMAND DOCS first), commands on stdin.
+    let mut child = Command::new("redis-cli")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-a",
+            "pw",
+            "--no-auth-warning",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"SREM o:5:photo:p1 beach\nSMEMBERS o:5:photo:p1\n")
+        .expect("write");
+    let o = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "1\nsunset\n");
+}
