@@ -59,6 +59,9 @@ pub fn serve(mut stream: TcpStream, store: Arc<Store>, cfg: &Config) {
         buf.extend_from_slice(&chunk[..n]);
         let mut used = 0;
         let mut close = false;
+        // Held from the batch's first write to its end (never while the
+        // socket is written): see `Config::write_gate`.
+        let mut gate = None;
         while !close {
             let lim = if session.authed {
                 &cfg.limits
@@ -70,11 +73,17 @@ pub fn serve(mut stream: TcpStream, store: Arc<Store>, cfg: &Config) {
                 Ok(Parsed::Skip(k)) => used += k,
                 Ok(Parsed::Request(args, k)) => {
                     used += k;
+                    if gate.is_none() && commands::writes(&args) {
+                        gate = Some(cfg.write_gate.lock().unwrap_or_else(|p| p.into_inner()));
+                    }
                     let e = commands::execute(&ctx, &mut session, &args, &mut conn.out);
                     conn.pending |= e.wrote;
                     close = e.close;
-                    if conn.out.len() >= FLUSH_AT && !conn.flush(&peer, cfg) {
-                        return;
+                    if conn.out.len() >= FLUSH_AT {
+                        gate = None;
+                        if !conn.flush(&peer, cfg) {
+                            return;
+                        }
                     }
                 }
                 Err(ProtocolError(m)) => {
@@ -83,6 +92,7 @@ pub fn serve(mut stream: TcpStream, store: Arc<Store>, cfg: &Config) {
                 }
             }
         }
+        drop(gate);
         buf.drain(..used);
         if !conn.flush(&peer, cfg) || close {
             return;

@@ -93,6 +93,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         commit_batches: matches!(a.durability, DurabilityArg::OnSync),
         max_clients: usize::try_from(a.max_clients).unwrap_or(usize::MAX),
         write_timeout: a.write_timeout.0,
+        write_gate: std::sync::Mutex::new(()),
     });
     let mut stdout = std::io::stdout();
     if let Err(e) = writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush()) {

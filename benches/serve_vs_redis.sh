@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tagstore serve against redis-server with redis-benchmark, runs alternated.
+# Usage: benches/serve_vs_redis.sh ROUNDS MODE
+#   MODE fast:    tagstore --durability none      vs redis persistence off
+#   MODE durable: tagstore --durability immediate vs redis appendonly yes, appendfsync always
+#                 (and tagstore --durability on-sync)
+# Prints one CSV line per run: mode,server,pipeline,test,rps,avg,min,p50,p95,p99,max
+# Needs: target/release/tagstore (or $TAGSTORE), redis-server, redis-benchmark.
+set -euo pipefail
+rounds=${1:-3}
+mode=${2:-fast}
+bin=${TAGSTORE:-target/release/tagstore}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ "$mode" = fast ]; then n=200000; else n=20000; fi
+
+# Each start sets PID and PORT (run in this shell, so that stop can wait).
+start_tagstore() { # durability
+  rm -f "$work"/t.tags* "$work/t.out"
+  "$bin" create "$work/t.tags" >/dev/null
+  "$bin" serve "$work/t.tags" --listen 127.0.0.1:0 --durability "$1" >"$work/t.out" 2>/dev/null &
+  PID=$!
+  until grep -q listening "$work/t.out" 2>/dev/null; do sleep 0.05; done
+  PORT=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$work/t.out")
+}
+start_redis() { # extra redis options...
+  rm -rf "$work/r" && mkdir "$work/r"
+  PORT=$((20000 + RANDOM % 20000))
+  redis-server --port "$PORT" --dir "$work/r" --save "" "$@" >/dev/null &
+  PID=$!
+  until redis-cli -p "$PORT" PING >/dev/null 2>&1; do sleep 0.05; done
+}
+bench() { # label port pipeline
+  local label=$1 port=$2 p=$3
+  echo "$(date -u +%T) $label -P $p" >&2
+  redis-benchmark -p "$port" -c 50 -n "$n" -r 100000 -P "$p" --csv \
+    SADD o:5:photo:obj__rand_int__ subj__rand_int__ | tail -1 | sed "s/^\"[^\"]*\"/$label,$p,SADD/"
+  if [ "$mode" = fast ]; then
+    redis-benchmark -p "$port" -c 50 -n "$n" -r 100000 -P "$p" --csv \
+      SMEMBERS o:5:photo:obj__rand_int__ | tail -1 | sed "s/^\"[^\"]*\"/$label,$p,SMEMBERS/"
+  fi
+}
+stop() { kill -TERM "$PID"; wait "$PID" || true; }
+
+for r in $(seq "$rounds"); do
+  for p in 1 16; do
+    if [ "$mode" = fast ]; then
+      start_tagstore none; bench "$mode,tagstore-none" "$PORT" "$p"; stop
+      start_redis --appendonly no; bench "$mode,redis-nopersist" "$PORT" "$p"; stop
+    else
+      start_tagstore immediate; bench "$mode,tagstore-immediate" "$PORT" "$p"; stop
+      start_redis --appendonly yes --appendfsync always; bench "$mode,redis-aof-always" "$PORT" "$p"; stop
+      start_tagstore on-sync; bench "$mode,tagstore-on-sync" "$PORT" "$p"; stop
+    fi
+  done
+done
