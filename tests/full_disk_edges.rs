@@ -32,6 +32,16 @@ fn give_back(fill: &Path, bytes: u64) {
         .expect("shrink fill-up");
 }
 
+/// The tests here run one at a time: each mounts and unmounts a tmpfs with
+/// child processes, and a child forked while another test holds a store
+/// inherits its descriptor, and with it the store's lock, until it execs;
+/// a reopen in that instant failed with `Locked`.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn tag(o: &str, s: &str) -> Tag {
     Tag::new(o, "isa", s)
 }
@@ -43,6 +53,7 @@ fn tag(o: &str, s: &str) -> Tag {
 /// store stay usable.
 #[test]
 fn failed_growth_on_a_full_tmpfs_is_rolled_back() {
+    let _serial = serial();
     let disk = tempfile::tempdir().expect("tempdir");
     let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "2m") else {
         return;
@@ -78,6 +89,7 @@ fn failed_growth_on_a_full_tmpfs_is_rolled_back() {
 /// insert `b` for the same object) went unnoticed and `count` was wrong.
 #[test]
 fn counts_that_miss_their_merge_at_close_are_rebuilt() {
+    let _serial = serial();
     let disk = tempfile::tempdir().expect("tempdir");
     let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "8m") else {
         return;
@@ -116,6 +128,7 @@ fn counts_that_miss_their_merge_at_close_are_rebuilt() {
 /// counts file but left `STORE.counts.tmp` behind.
 #[test]
 fn a_create_without_room_for_its_counts_leaves_nothing() {
+    let _serial = serial();
     let disk = tempfile::tempdir().expect("tempdir");
     let Some(fs) = Tmpfs::mount(&disk.path().join("mnt"), "1m") else {
         return;
