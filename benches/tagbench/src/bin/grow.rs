@@ -108,6 +108,9 @@ fn main() -> Result<()> {
     let mut lat: Vec<u32> = Vec::with_capacity(a.tags as usize);
     let (mut stored, mut worst, mut worst_at) = (0u64, 0u32, 0u64);
     let t0 = Instant::now();
+    // Calls that split a bucket, told apart by the bucket count.
+    let (mut splits, mut worst_split, mut worst_plain) = (0u64, 0u32, 0u32);
+    let mut buckets = store.geometry().primary_buckets_per_half;
     for i in 0..a.tags {
         let t = gen.next();
         let s = Instant::now();
@@ -115,6 +118,14 @@ fn main() -> Result<()> {
         let ns = s.elapsed().as_nanos().min(u32::MAX as u128) as u32;
         if ns > worst {
             (worst, worst_at) = (ns, i);
+        }
+        let now = store.geometry().primary_buckets_per_half;
+        if now != buckets {
+            splits += 1;
+            worst_split = worst_split.max(ns);
+            buckets = now;
+        } else {
+            worst_plain = worst_plain.max(ns);
         }
         lat.push(ns);
     }
@@ -131,6 +142,11 @@ fn main() -> Result<()> {
         pct(&lat, 0.999),
         pct(&lat, 0.9999),
         worst as f64 / 1e6
+    );
+    println!(
+        "calls that split buckets: {splits}, the slowest {:.1} ms; the slowest call that split none {:.1} ms",
+        worst_split as f64 / 1e6,
+        worst_plain as f64 / 1e6
     );
     println!(
         "after load: {} primary buckets per half (level {}, split pointer {}), primary fill {:.1} %, {} chains (longest {}), {} holes; file {:.0} B/tag apparent, {:.0} B/tag allocated",
