@@ -106,26 +106,27 @@ fn main() -> Result<()> {
     );
     let mut gen = Gen::new(a.seed, a.tags);
     let mut lat: Vec<u32> = Vec::with_capacity(a.tags as usize);
-    let (mut stored, mut worst, mut worst_at) = (0u64, 0u32, 0u64);
+    let (mut stored, mut worst, mut worst_at) = (0u64, 0u64, 0u64);
     let t0 = Instant::now();
     // Calls that split a bucket, told apart by the bucket count.
-    let (mut splits, mut worst_split, mut worst_plain) = (0u64, 0u32, 0u32);
+    let (mut splits, mut worst_split, mut worst_plain) = (0u64, 0u64, 0u64);
     let mut buckets = store.geometry().primary_buckets_per_half;
     for i in 0..a.tags {
         let t = gen.next();
         let s = Instant::now();
         stored += u64::from(store.insert(&t)?);
-        let ns = s.elapsed().as_nanos().min(u32::MAX as u128) as u32;
-        if ns > worst {
-            (worst, worst_at) = (ns, i);
+        let ns64 = s.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+        let ns = ns64.min(u32::MAX as u64) as u32;
+        if ns64 > worst {
+            (worst, worst_at) = (ns64, i);
         }
         let now = store.geometry().primary_buckets_per_half;
         if now != buckets {
             splits += 1;
-            worst_split = worst_split.max(ns);
+            worst_split = worst_split.max(ns64);
             buckets = now;
         } else {
-            worst_plain = worst_plain.max(ns);
+            worst_plain = worst_plain.max(ns64);
         }
         lat.push(ns);
     }
