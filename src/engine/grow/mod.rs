@@ -1,0 +1,151 @@
+//! Online growth (format 2): linear hashing splits one primary bucket of
+//! each half at a time, moving the tags whose key now hashes to the new
+//! bucket, so the store sizes itself with no stop-the-world re-hash.
+//!
+//! `mod.rs` decides when to split and runs a split under its intent record;
+//! `moves.rs` moves the tags; `tidy.rs` leaves the old chain compact.
+
+mod moves;
+mod tidy;
+
+use super::state::State;
+use crate::error::Result;
+use crate::format::{Half, Intent, IntentOp, Layout, SlotAddr, BLOCK_SIZE, SLOTS_PER_BLOCK};
+use std::sync::atomic::Ordering;
+
+/// Mean primary fill (tags per half ÷ primary slots per half) past which
+/// an INSERT splits a bucket.
+pub const SPLIT_FILL: f64 = 0.7;
+
+/// Most splits one INSERT makes (splits postponed while readers stream
+/// results are caught up a few at a time).
+const SPLITS_PER_CALL: usize = 4;
+
+impl State {
+    /// Splits buckets while one more tag would make the store fuller than
+    /// [`SPLIT_FILL`], unless FINDs are streaming results (splits wait for
+    /// none). True if any bucket split.
+    pub fn grow(&mut self) -> Result<bool> {
+        let mut split = false;
+        for _ in 0..SPLITS_PER_CALL {
+            let l = self.index.geometry();
+            let cap = l.buckets_per_half() as f64 * l.primary_capacity() as f64;
+            if !l.grows() || (self.tag_count + 1) as f64 <= SPLIT_FILL * cap {
+                break;
+            }
+            if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF
+                || self.readers.load(Ordering::SeqCst) != 0
+            {
+                break;
+            }
+            self.split_next()?;
+            split = true;
+        }
+        Ok(split)
+    }
+
+    /// Splits the bucket at the split pointer in both halves.
+    fn split_next(&mut self) -> Result<()> {
+        let mut l = self.index.geometry();
+        if l.split_needs_segment() {
+            // The new segment goes at the end of the file, and the
+            // superblock names it before any of its blocks is written.
+            let sec = self.index.tables.secondary.len() as u32;
+            let start = l.file_len(sec) / BLOCK_SIZE as u64;
+            l.add_segment(start);
+            self.pager.set_len(l.file_len(sec))?;
+            self.set_layout(l)?;
+        }
+        let (old, new) = l.next_split();
+        // Back every block the moved tags will need with disk space before
+        // anything changes: a full disk then refuses the split (and the
+        // INSERT that wanted it) and leaves the store as it was.
+        let mut after = l;
+        after.advance_split();
+        let mut moving = [Vec::new(), Vec::new()];
+        for h in Half::BOTH {
+            moving[h.index()] = self.collect_moving(l.global(h, old), h, new, &after)?;
+            self.reserve_chain(l.global(h, new), moving[h.index()].len() as u64)?;
+        }
+        let level = l.level;
+        // From here a failure leaves a split half done: the handle is
+        // unusable, and reopening finishes the split from the intent record.
+        let r = (|| {
+            self.pager.write_intent(&Intent {
+                op: IntentOp::Split,
+                object_slot: SlotAddr::NONE,
+                subject_slot: SlotAddr::NONE,
+                object_identity: (old, level),
+                subject_identity: (0, 0),
+                tag: [0; crate::format::tag::SLOT_SIZE],
+            })?;
+            self.set_layout(after)?;
+            self.move_split(old, level, Some(moving))?;
+            self.pager.clear_intent()
+        })();
+        if r.is_err() {
+            self.pager.poison();
+        }
+        r
+    }
+
+    /// Records layout `l` in the superblock (logged with the changes in
+    /// flight) and in the pager and index.
+    pub(super) fn set_layout(&mut self, l: Layout) -> Result<()> {
+        let mut sb = self.sb.clone();
+        sb.layout = l;
+        self.pager.set_layout(l);
+        self.index.set_layout(l);
+        self.pager.log_superblock(&sb)?;
+        self.sb = sb;
+        Ok(())
+    }
+
+    /// Finishes a split interrupted by a crash (the intent record names
+    /// the bucket): advances the split pointer if the superblock does not
+    /// yet, then moves what is left to move. Every step is idempotent.
+    pub fn redo_split(&mut self, old: u32, level: u32) -> Result<()> {
+        let mut l = self.index.geometry();
+        if l.level == level && l.split == old {
+            if l.split_needs_segment() {
+                let sec = self.index.tables.secondary.len() as u32;
+                l.add_segment(l.file_len(sec) / BLOCK_SIZE as u64);
+                self.pager.set_len(l.file_len(sec))?;
+            }
+            l.advance_split();
+            self.set_layout(l)?;
+        }
+        self.move_split(old, level, None)?;
+        self.pager.clear_intent()
+    }
+
+    /// Backs the blocks a new chain `g` of `n` tags will take with disk space.
+    fn reserve_chain(&mut self, g: u32, n: u64) -> Result<()> {
+        let l = self.index.geometry();
+        let per_block = SLOTS_PER_BLOCK as u64;
+        let primary = n.div_ceil(per_block).min(l.blocks_per_primary as u64);
+        for i in 0..primary {
+            self.pager.ensure_reserved(l.primary_start(g) + i, true)?;
+        }
+        let over = n.saturating_sub(l.primary_capacity() as u64);
+        let buckets = over.div_ceil(l.secondary_capacity() as u64);
+        let mut taken = Vec::new();
+        let mut r = Ok(());
+        for _ in 0..buckets {
+            match self.alloc_secondary() {
+                Ok(s) => {
+                    taken.push(s);
+                    // A free bucket is never written: zeros may be written.
+                    r = self.pager.ensure_reserved(l.secondary_start(s), true);
+                }
+                Err(e) => r = Err(e),
+            }
+            if r.is_err() {
+                break;
+            }
+        }
+        // Back to the free list: the moves take them again, lowest first.
+        self.index.tables.free.extend(taken);
+        r
+    }
+}

@@ -1,0 +1,163 @@
+//! Moving a split bucket's tags: the ones whose key now hashes to the new
+//! bucket go there, in both halves.
+
+use super::super::state::State;
+use crate::error::{Error, Result};
+use crate::format::hash::{key_hash, tag_hash};
+use crate::format::tag::{decode, used_prefix};
+use crate::format::{BlockAt, BlockRef, Half, Layout, SlotAddr, SlotBytes, NONE};
+use crate::index::{ChainWalk, Found};
+use std::collections::HashSet;
+
+/// One tag on its way out of a chain (or out of the chain's tail).
+pub(super) struct Moving {
+    pub(super) from: Found,
+    pub(super) slot: SlotBytes,
+    kfp: u16,
+    tfp: u8,
+    th: u64,
+}
+
+impl Moving {
+    /// The tag in slot `i` of block `b` (of secondary bucket `sec`, if any).
+    pub(super) fn at(
+        blk: &BlockRef<'_>,
+        b: u64,
+        i: usize,
+        sec: Option<u32>,
+        seed: u64,
+    ) -> Result<Moving> {
+        let slot: SlotBytes = blk
+            .slot(i)
+            .try_into()
+            .map_err(|_| Error::corrupt(format!("block {b}: short slot {i}")))?;
+        Ok(Moving {
+            from: Found {
+                addr: SlotAddr {
+                    block: b,
+                    slot: i as u32,
+                },
+                sec,
+            },
+            th: tag_hash(seed, used_prefix(&slot)),
+            slot,
+            kfp: blk.key_fp(i),
+            tfp: blk.tag_fp(i),
+        })
+    }
+}
+
+impl State {
+    /// Moves, in both halves, every tag of bucket `old`'s chain whose key
+    /// now hashes to the bucket split from it. With `redo`, a tag the new
+    /// chain already holds is only removed from the old one.
+    /// `known`: the tags to move, collected just before (a fresh split);
+    /// `None` collects them and checks the new chain first (a redo).
+    pub(super) fn move_split(
+        &mut self,
+        old: u32,
+        level: u32,
+        known: Option<[Vec<Moving>; 2]>,
+    ) -> Result<()> {
+        let l = self.index.geometry();
+        let new = old + (l.base << level);
+        let redo = known.is_none();
+        let mut known = known.map(|[o, s]| [Some(o), Some(s)]);
+        for h in Half::BOTH {
+            let (go, gn) = (l.global(h, old), l.global(h, new));
+            let moving = match known.as_mut().and_then(|k| k[h.index()].take()) {
+                Some(m) => m,
+                None => self.collect_moving(go, h, new, &l)?,
+            };
+            let present = if redo {
+                let blocks = self.chain_blocks(gn)?;
+                self.slots_in(blocks)?
+            } else {
+                HashSet::new()
+            };
+            for m in &moving {
+                self.move_one(m, go, gn, present.contains(&m.slot))?;
+            }
+            if !moving.is_empty() {
+                self.index.accel.forget_chain(go);
+                self.index.open_hint[go as usize] = NONE;
+                self.pack_primary(go, &l)?;
+                self.pull_into_primary(go, &l)?;
+                self.unlink_empty_tail(go)?;
+                self.refilter(go, &l)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tags of chain `g` (half `h`) whose key hashes to bucket `new`
+    /// under layout `l`.
+    pub(super) fn collect_moving(
+        &self,
+        g: u32,
+        h: Half,
+        new: u32,
+        l: &Layout,
+    ) -> Result<Vec<Moving>> {
+        let seed = self.index.seed();
+        let mut out = Vec::new();
+        for b in self.chain_blocks(g)? {
+            let blk = self.pager.block(b)?;
+            let sec = match l.block_at(b) {
+                BlockAt::Secondary { s, .. } => Some(s),
+                _ => None,
+            };
+            for i in blk.occupied_slots() {
+                let v = decode(blk.slot(i)).ok_or_else(|| {
+                    Error::corrupt(format!("block {b}, slot {i}: does not decode as a tag"))
+                })?;
+                if l.bucket_of(key_hash(seed, h, v.relationship, v.key_name(h))) == new {
+                    out.push(Moving::at(&blk, b, i, sec, seed)?);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Moves one tag from chain `from` to chain `to` (where the usual INSERT
+    /// placement puts it), unless `to` already holds it (a redone split):
+    /// then it is only cleared from `from`.
+    pub(super) fn move_one(&mut self, m: &Moving, from: u32, to: u32, held: bool) -> Result<()> {
+        if !held {
+            let plan = self.plan(to)?;
+            self.pager
+                .put_slot(plan.addr, plan.id, &m.slot, m.kfp, m.tfp)?;
+            self.commit_insert(to, &plan, m.kfp, m.th);
+        }
+        self.pager.clear_slot(m.from.addr)?;
+        self.commit_delete(from, &m.from, m.th);
+        Ok(())
+    }
+
+    /// Every tag the blocks `blocks` hold.
+    pub(super) fn slots_in(
+        &self,
+        blocks: impl IntoIterator<Item = u64>,
+    ) -> Result<HashSet<SlotBytes>> {
+        let mut out = HashSet::new();
+        for b in blocks {
+            let blk = self.pager.block(b)?;
+            for i in blk.occupied_slots() {
+                if let Ok(s) = SlotBytes::try_from(blk.slot(i)) {
+                    out.insert(s);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every block of chain `g` worth reading, in order.
+    fn chain_blocks(&self, g: u32) -> Result<Vec<u64>> {
+        let mut out = Vec::new();
+        let mut walk = ChainWalk::new(g, g + 1, None);
+        while let Some(b) = walk.next_block(&self.index, &self.pager)? {
+            out.push(b);
+        }
+        Ok(out)
+    }
+}

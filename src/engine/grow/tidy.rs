@@ -1,0 +1,180 @@
+//! After a split: the old chain made compact again (its primary bucket
+//! packed and refilled from its tail, empty tail buckets given back, key
+//! filters recomputed), so FINDs read no more blocks than needed.
+
+use super::super::state::State;
+use super::moves::Moving;
+use crate::error::{Error, Result};
+use crate::format::{Layout, SlotAddr, SlotBytes, NONE, SLOTS_PER_BLOCK};
+use crate::index::filter_add;
+use std::collections::HashSet;
+
+impl State {
+    /// Refills the primary bucket of chain `g`, emptied by a split, with the
+    /// tags of its last secondary buckets, so that they empty and go back
+    /// to the free list. A tag the primary bucket already holds (a redone
+    /// split that was killed between the two writes) is only cleared.
+    pub(super) fn pull_into_primary(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let seed = self.index.seed();
+        let cap = l.primary_capacity();
+        let mut held: Option<HashSet<SlotBytes>> = None;
+        loop {
+            let pe = self.index.tables.primary[g as usize].clone();
+            if pe.used >= cap || pe.tail == NONE {
+                return Ok(());
+            }
+            let s = pe.tail;
+            let first = l.secondary_start(s);
+            let mut tail = Vec::new();
+            for b in first..first + l.blocks_per_secondary as u64 {
+                let blk = self.pager.block(b)?;
+                for i in blk.occupied_slots() {
+                    tail.push(Moving::at(&blk, b, i, Some(s), seed)?);
+                }
+            }
+            if tail.len() as u64 > (cap - pe.used) as u64 {
+                // The tail bucket would not empty: leave the chain as it is.
+                return Ok(());
+            }
+            if held.is_none() {
+                let n = self.index.accel.extent(g, l, &self.pager)?;
+                let start = l.primary_start(g);
+                held = Some(self.slots_in(start..start + n as u64)?);
+            }
+            for m in &tail {
+                let have = held.as_ref().is_some_and(|h| h.contains(&m.slot));
+                self.move_one(m, g, g, have)?;
+            }
+            self.unlink_empty_tail(g)?;
+        }
+    }
+
+    /// Packs primary bucket `g`, emptied by a split, into its first blocks:
+    /// tags in blocks past the ones its count needs move into the holes of
+    /// the first, and the emptied blocks are zeroed, so a FIND reads fewer
+    /// blocks. A tag the first blocks already hold (a redone split) is only
+    /// cleared.
+    pub(super) fn pack_primary(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let used = self.index.tables.primary[g as usize].used as u64;
+        let keep = used.div_ceil(SLOTS_PER_BLOCK as u64) as u32;
+        let extent = self.index.accel.extent(g, l, &self.pager)?;
+        if keep >= extent {
+            return Ok(());
+        }
+        let start = l.primary_start(g);
+        let mut late = Vec::new();
+        for b in start + keep as u64..start + extent as u64 {
+            let blk = self.pager.block(b)?;
+            for i in blk.occupied_slots() {
+                let slot: SlotBytes = blk
+                    .slot(i)
+                    .try_into()
+                    .map_err(|_| Error::corrupt(format!("block {b}: short slot {i}")))?;
+                late.push((b, i, slot, blk.key_fp(i), blk.tag_fp(i)));
+            }
+        }
+        let mut held = HashSet::new();
+        let mut free = Vec::new();
+        for b in start..start + keep as u64 {
+            let blk = self.pager.block(b)?;
+            for i in 0..SLOTS_PER_BLOCK {
+                if blk.occupied(i) {
+                    if let Ok(s) = SlotBytes::try_from(blk.slot(i)) {
+                        held.insert(s);
+                    }
+                } else {
+                    free.push(SlotAddr {
+                        block: b,
+                        slot: i as u32,
+                    });
+                }
+            }
+        }
+        let mut free = free.into_iter();
+        for (b, i, slot, kfp, tfp) in late {
+            if !held.contains(&slot) {
+                let Some(to) = free.next() else {
+                    return Ok(());
+                };
+                let id = crate::pager::Identity {
+                    kind: crate::format::KIND_PRIMARY,
+                    owner: g,
+                    ordinal: 0,
+                };
+                self.pager.put_slot(to, id, &slot, kfp, tfp)?;
+            }
+            self.pager.clear_slot(SlotAddr {
+                block: b,
+                slot: i as u32,
+            })?;
+        }
+        for b in start + keep as u64..start + extent as u64 {
+            if !self.pager.block(b)?.is_unwritten() {
+                self.pager.zero_block(b)?;
+            }
+        }
+        // Backed already: a later write must not zero-fill around the journal.
+        self.pager.mark_reserved(start, extent as u64);
+        self.index.accel.set_extent(g, keep);
+        Ok(())
+    }
+
+    /// Recomputes the key filters of chain `g`'s secondary buckets from the
+    /// tags left in them, so FINDs of keys that moved out skip them.
+    pub(super) fn refilter(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let chain: Vec<u32> = self.index.tables.chain(g).map(|(s, _)| s).collect();
+        for s in chain {
+            let mut f = [0u64; 4];
+            let first = l.secondary_start(s);
+            for b in first..first + l.blocks_per_secondary as u64 {
+                let blk = self.pager.block(b)?;
+                for i in blk.occupied_slots() {
+                    filter_add(&mut f, blk.key_fp(i));
+                }
+            }
+            self.index.tables.secondary[s as usize].filter = f;
+        }
+        Ok(())
+    }
+
+    /// Gives back the empty secondary buckets at the end of chain `g`
+    /// (a split moved their tags away): zeroed, unlinked, free again.
+    pub(super) fn unlink_empty_tail(&mut self, g: u32) -> Result<()> {
+        let l = self.index.geometry();
+        loop {
+            let pe = self.index.tables.primary[g as usize].clone();
+            let s = pe.tail;
+            if s == NONE || self.index.tables.secondary[s as usize].used != 0 {
+                return Ok(());
+            }
+            let first = l.secondary_start(s);
+            for b in first..first + l.blocks_per_secondary as u64 {
+                if !self.pager.block(b)?.is_unwritten() {
+                    self.pager.zero_block(b)?;
+                }
+            }
+            // Backed already: a later link must not zero-fill it again
+            // around the journal.
+            self.pager
+                .mark_reserved(first, l.blocks_per_secondary as u64);
+            let prev = self
+                .index
+                .tables
+                .chain(g)
+                .take_while(|&(x, _)| x != s)
+                .last()
+                .map_or(NONE, |(x, _)| x);
+            let t = &mut self.index.tables;
+            if prev == NONE {
+                t.primary[g as usize].head = NONE;
+            } else {
+                t.secondary[prev as usize].next = NONE;
+            }
+            let pe = &mut t.primary[g as usize];
+            pe.tail = prev;
+            pe.chain = pe.chain.saturating_sub(1);
+            t.secondary[s as usize] = crate::index::SecondaryEntry::free();
+            t.free.insert(s);
+        }
+    }
+}
