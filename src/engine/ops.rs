@@ -109,6 +109,17 @@ impl Store {
         const CHUNK: usize = 1024;
         let mut out = BatchOutcome::default();
         let mut it = tags.into_iter().peekable();
+        if insert {
+            // Grow once for the whole batch (as far as its length is known),
+            // so its tags are not moved by splits as they arrive.
+            let extra = it.size_hint().0 as u64;
+            if extra > CHUNK as u64 {
+                let grown = self.write().and_then(|mut st| st.grow_for(extra));
+                if let Err(e) = grown {
+                    return (out, Err(e));
+                }
+            }
+        }
         while it.peek().is_some() {
             let mut st = match self.write() {
                 Ok(g) => g,

@@ -10,7 +10,10 @@ mod tidy;
 
 use super::state::State;
 use crate::error::Result;
-use crate::format::{Half, Intent, IntentOp, Layout, SlotAddr, BLOCK_SIZE, SLOTS_PER_BLOCK};
+use crate::format::{
+    Geometry, Half, Intent, IntentOp, Layout, SlotAddr, BLOCK_SIZE, SLOTS_PER_BLOCK,
+};
+use crate::index::{Index, Tables};
 use std::sync::atomic::Ordering;
 
 /// Mean primary fill (tags per half ÷ primary slots per half) past which
@@ -26,11 +29,64 @@ impl State {
     /// [`SPLIT_FILL`], unless FINDs are streaming results (splits wait for
     /// none). True if any bucket split.
     pub fn grow(&mut self) -> Result<bool> {
+        self.grow_to(1, SPLITS_PER_CALL)
+    }
+
+    /// Splits ahead of a batch of `extra` tags about to be inserted, so
+    /// that they land in their final buckets instead of being moved by the
+    /// splits they would cause one by one (a bulk load into an empty store
+    /// then costs what it costs in a pre-sized one).
+    pub fn grow_for(&mut self, extra: u64) -> Result<bool> {
+        if self.rebase_empty(extra)? {
+            return Ok(true);
+        }
+        self.grow_to(extra, usize::MAX)
+    }
+
+    /// A store never written to (a fresh `create`) takes the layout of a
+    /// store pre-sized for `extra` tags at once: level 0, evenly filled
+    /// buckets, instead of a level of half-split ones.
+    fn rebase_empty(&mut self, extra: u64) -> Result<bool> {
+        let l = self.index.geometry();
+        let want = Geometry::sized(extra, l.blocks_per_primary, l.blocks_per_secondary);
+        let small = l.primary_buckets() as u64 * l.blocks_per_primary as u64 <= 1024;
+        if !l.grows()
+            || !small
+            || self.tag_count != 0
+            || !self.index.tables.secondary.is_empty()
+            || want.primary_buckets_per_half <= l.buckets_per_half()
+            || want.validate_new().is_err()
+        {
+            return Ok(false);
+        }
+        for g in 0..l.primary_buckets() {
+            let first = l.primary_start(g);
+            for b in first..first + l.blocks_per_primary as u64 {
+                if !self.pager.block(b)?.is_unwritten() {
+                    return Ok(false);
+                }
+            }
+        }
+        let nl = Layout::v2(want);
+        self.pager.set_len(nl.file_len(0))?;
+        let seed = self.index.seed();
+        self.index = Index::new(Tables::new(&nl, 0), nl, seed);
+        self.pager.set_layout(nl);
+        let mut sb = self.sb.clone();
+        sb.layout = nl;
+        self.pager.log_superblock(&sb)?;
+        self.sb = sb;
+        Ok(true)
+    }
+
+    /// Splits (at most `most` buckets) while `extra` more tags would make
+    /// the store fuller than [`SPLIT_FILL`].
+    fn grow_to(&mut self, extra: u64, most: usize) -> Result<bool> {
         let mut split = false;
-        for _ in 0..SPLITS_PER_CALL {
+        for _ in 0..most {
             let l = self.index.geometry();
             let cap = l.buckets_per_half() as f64 * l.primary_capacity() as f64;
-            if !l.grows() || (self.tag_count + 1) as f64 <= SPLIT_FILL * cap {
+            if !l.grows() || (self.tag_count + extra) as f64 <= SPLIT_FILL * cap {
                 break;
             }
             if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF

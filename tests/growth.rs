@@ -1,0 +1,133 @@
+//! Growth (format 2): how and when a store splits its buckets.
+//!
+//! * A batch into a store never written to takes the pre-sized layout at
+//!   once (level 0, one segment), so a bulk load into a fresh store is laid
+//!   out as if `--expected-tags` had been given.
+//! * A batch into a store holding tags splits ahead of the batch, and the
+//!   content equals the model.
+//! * A FIND streaming results holds splits off: every tag of its key comes
+//!   back exactly once while the same thread inserts enough to split many
+//!   times, and the store catches up afterwards.
+
+use std::collections::BTreeSet;
+use tagstore::{CreateOptions, Geometry, Store, Tag};
+
+fn fresh(dir: &tempfile::TempDir) -> Store {
+    Store::create(
+        dir.path().join("g.tags"),
+        &CreateOptions {
+            seed: Some(11),
+            ..Default::default()
+        },
+    )
+    .expect("create")
+}
+
+fn tags(n: usize, prefix: &str) -> Vec<Tag> {
+    (0..n)
+        .map(|i| Tag::new(format!("{prefix}{}", i / 3), "isa", format!("s{}", i % 997)))
+        .collect()
+}
+
+#[test]
+fn a_batch_into_a_fresh_store_takes_the_pre_sized_layout() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = fresh(&dir);
+    assert_eq!(s.geometry().primary_buckets_per_half, 1);
+    let batch = tags(20_000, "o");
+    let (out, r) = s.insert_batch(&batch);
+    r.expect("insert_batch");
+    assert_eq!(out.changed, 20_000);
+    let st = s.stats().expect("stats");
+    let want = Geometry::sized(20_000, 4, 16);
+    assert_eq!(st.geometry, want, "{:?}", st.growth);
+    assert_eq!((st.growth.level, st.growth.split_pointer), (0, 0));
+    assert_eq!(
+        st.growth.base_buckets_per_half,
+        want.primary_buckets_per_half
+    );
+    assert!(s.check().expect("check").ok());
+    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("tags");
+    assert_eq!(got, batch.into_iter().collect::<BTreeSet<_>>());
+}
+
+#[test]
+fn a_batch_into_a_store_with_tags_splits_ahead_and_keeps_everything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = fresh(&dir);
+    let first = tags(500, "a");
+    for t in &first {
+        assert!(s.insert(t).expect("insert"));
+    }
+    let before = s.geometry().primary_buckets_per_half;
+    let second = tags(30_000, "b");
+    let (out, r) = s.insert_batch(&second);
+    r.expect("insert_batch");
+    assert_eq!(out.changed, 30_000);
+    let after = s.geometry().primary_buckets_per_half;
+    assert!(
+        after as u64 * 100 * 7 / 10 >= 30_500 && after > before,
+        "{before} -> {after} buckets per half for 30,500 tags"
+    );
+    assert!(s.check().expect("check").ok());
+    let model: BTreeSet<Tag> = first.into_iter().chain(second).collect();
+    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("tags");
+    assert_eq!(got, model);
+    for o in ["a0", "a100", "b0", "b9999"] {
+        let mut want: Vec<String> = model
+            .iter()
+            .filter(|t| t.object == o)
+            .map(|t| t.subject.clone())
+            .collect();
+        want.sort();
+        let mut found: Vec<String> = s
+            .find_subjects(o, "isa")
+            .collect::<Result<_, _>>()
+            .expect("find");
+        found.sort();
+        assert_eq!(found, want, "FIND <{o}, isa, *>");
+    }
+}
+
+#[test]
+fn a_streaming_find_holds_splits_off_and_the_store_catches_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = fresh(&dir);
+    let peak: Vec<Tag> = (0..300)
+        .map(|i| Tag::new(format!("p{i}"), "isa", "sunset"))
+        .collect();
+    for t in &peak {
+        s.insert(t).expect("insert");
+    }
+    let buckets = s.geometry().primary_buckets_per_half;
+    let mut seen = Vec::new();
+    let mut find = s.find_objects("sunset", "isa");
+    seen.push(find.next().expect("one").expect("ok"));
+    // Enough single inserts to split many times over, while the FIND lives.
+    for t in tags(5_000, "x") {
+        s.insert(&t).expect("insert");
+    }
+    assert_eq!(
+        s.geometry().primary_buckets_per_half,
+        buckets,
+        "no split while a FIND streams"
+    );
+    for r in find {
+        seen.push(r.expect("ok"));
+    }
+    let distinct: BTreeSet<&String> = seen.iter().collect();
+    assert_eq!(seen.len(), 300, "every tag once");
+    assert_eq!(distinct.len(), 300);
+    // The FIND is gone: further inserts split until the store fits.
+    for t in tags(2_000, "y") {
+        s.insert(&t).expect("insert");
+    }
+    let st = s.stats().expect("stats");
+    assert!(
+        st.geometry.primary_buckets_per_half as f64 * 100.0 * 0.7 >= st.tags as f64 - 400.0,
+        "caught up: {:?} for {} tags",
+        st.geometry,
+        st.tags
+    );
+    assert!(s.check().expect("check").ok());
+}
