@@ -160,6 +160,13 @@ impl Store {
         (out, Ok(()))
     }
 
+    /// Makes room for about `additional` more tags ahead of a load (the
+    /// store splits its buckets now rather than while the tags arrive); a
+    /// store never written to takes the layout `expected_tags` would give.
+    pub fn reserve(&self, additional: u64) -> Result<()> {
+        self.write()?.grow_for(additional).map(|_| ())
+    }
+
     /// Free bytes of the store's filesystem, when known.
     pub(crate) fn free_bytes(&self) -> Option<u64> {
         self.read().pager.file().free_bytes()

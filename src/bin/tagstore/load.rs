@@ -120,6 +120,12 @@ fn read_and_apply<R: io::BufRead>(
     bar: &ProgressBar,
 ) -> Result<(), String> {
     let name = file.display();
+    // A file of known length, inserted: once the first chunk tells the
+    // mean line length, the store grows once for the whole file.
+    let mut hint = match verb.insert {
+        true => bar.length(),
+        false => None,
+    };
     let mut chunk: Vec<Tag> = Vec::with_capacity(CHUNK);
     let mut chunk_lines: Vec<u64> = Vec::with_capacity(CHUNK);
     loop {
@@ -152,6 +158,10 @@ fn read_and_apply<R: io::BufRead>(
         }
         bar.set_position(reader.bytes_read());
         if chunk.len() == CHUNK {
+            if let Some(total) = hint.take() {
+                let lines = total.saturating_mul(reader.line_no()) / reader.bytes_read().max(1);
+                store.reserve(lines).map_err(|e| format!("{name}: {e}"))?;
+            }
             apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
         }
     }
