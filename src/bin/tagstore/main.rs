@@ -410,23 +410,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             json,
         } => {
             let s = open_ro(&store)?;
-            let cloud = s.cloud(&relationship, top)?;
-            if json {
-                let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
-                say!(out, "{j}");
-            } else {
-                for e in &cloud {
-                    if !say!(
-                        out,
-                        "{}\t{}\t{:.2}",
-                        tsv::escape(&e.subject),
-                        e.count,
-                        e.weight
-                    ) {
-                        break;
-                    }
-                }
-            }
+            print_cloud(&mut out, &s.cloud(&relationship, top)?, json)?;
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Ring(a) => {
@@ -635,6 +619,28 @@ fn change_file(
 }
 
 /// The before/after table of `maintain`.
+/// A tag cloud as `cloud` and `cluster cloud` print it: pretty JSON, or
+/// one `SUBJECT<TAB>COUNT<TAB>WEIGHT` line per entry.
+fn print_cloud(out: &mut Out, cloud: &[tagstore::CloudEntry], json: bool) -> Result<(), String> {
+    if json {
+        let j = serde_json::to_string_pretty(cloud).map_err(|e| e.to_string())?;
+        say!(out, "{j}");
+    } else {
+        for e in cloud {
+            if !say!(
+                out,
+                "{}\t{}\t{:.2}",
+                tsv::escape(&e.subject),
+                e.count,
+                e.weight
+            ) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn print_maintain(out: &mut Out, r: &tagstore::MaintainReport) {
     let (b, a) = (&r.before, &r.after);
     say!(out, "{:<26}{:>16}{:>16}", "", "before", "after");

@@ -219,23 +219,7 @@ fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
             },
         })
         .collect();
-    if a.json {
-        let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
-        say!(out, "{j}");
-    } else {
-        for e in &cloud {
-            if !say!(
-                out,
-                "{}\t{}\t{:.2}",
-                tsv::escape(&e.subject),
-                e.count,
-                e.weight
-            ) {
-                break;
-            }
-        }
-    }
-    Ok(())
+    crate::print_cloud(out, &cloud, a.json)
 }
 
 /// A tag as (relationship, object, subject).
