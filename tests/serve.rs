@@ -780,17 +780,19 @@ fn redis_cli_talks_to_a_node() {
     let (_d, path) = temp_store();
     let srv = Server::start(&path, &["--requirepass", "pw"]);
     let port = srv.addr.port().to_string();
+    // How redis-cli reaches the node.
+    let to_node = [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-a",
+        "pw",
+        "--no-auth-warning",
+    ];
     let cli = |args: &[&str]| -> String {
         let o = Command::new("redis-cli")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-a",
-                "pw",
-                "--no-auth-warning",
-            ])
+            .args(to_node)
             .args(args)
             .output()
             .expect("run redis-cli");
@@ -815,15 +817,7 @@ fn redis_cli_talks_to_a_node() {
     assert!(cli(&["GET", "x"]).contains("unknown command"));
     // Interactive mode (it calls COMMAND DOCS first), commands on stdin.
     let mut child = Command::new("redis-cli")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-a",
-            "pw",
-            "--no-auth-warning",
-        ])
+        .args(to_node)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
