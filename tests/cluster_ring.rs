@@ -14,85 +14,19 @@
 //! backend.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 use tagstore::tsv;
+
+mod common;
+
+use common::cluster::{
+    create_store, free_port, have_tools, keep_if_up, spawn_nutcracker, spawn_serve, Conn, Kids,
+    Reply, XorShift,
+};
 
 /// Keys written through the proxy per run.
 const KEYS: usize = 40_000;
-
-/// Child processes, killed when the test ends however it ends.
-#[derive(Default)]
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// True when nutcracker and redis-server run; false (after a skip message)
-/// when one is missing, and a panic then if `CI` is set.
-fn have_tools() -> bool {
-    let missing: Vec<&str> = ["nutcracker", "redis-server"]
-        .into_iter()
-        .filter(|c| {
-            Command::new(c)
-                .arg("--version")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_err()
-        })
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!(
-        "cluster_ring: {} not installed (apt-get install nutcracker redis-server)",
-        missing.join(" and ")
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}; CI must install them (.ci/run does)");
-    }
-    // Straight to stderr, past the test harness's capture, so a skip shows.
-    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
-    false
-}
-
-/// A loopback port that was free a moment ago.
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
-}
-
-/// Waits until `port` answers PING with +PONG, or `child` exits, or 10 s pass.
-fn wait_ping(port: u16, child: &mut Child) -> bool {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return false;
-        }
-        if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
-            let mut c = Conn::new(s);
-            c.send(&[b"PING"]);
-            if let Ok(Reply::Simple(p)) = c.reply() {
-                if p == "PONG" {
-                    return true;
-                }
-            }
-        }
-        sleep(Duration::from_millis(20));
-    }
-    false
-}
 
 /// What serves the keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,45 +40,27 @@ enum Backend {
 fn start_node(kids: &mut Kids, dir: &Path, backend: Backend, n: usize) -> u16 {
     for _ in 0..5 {
         let port = free_port();
-        let mut cmd = match backend {
-            Backend::Redis => {
-                let mut c = Command::new("redis-server");
-                c.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                    .arg("--dir")
-                    .arg(dir);
-                c
-            }
+        let child = match backend {
+            Backend::Redis => Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start a backend node"),
             Backend::Serve => {
                 let store = dir.join(format!("node{n}.tags"));
                 if !store.exists() {
-                    let st = Command::new(env!("CARGO_BIN_EXE_tagstore"))
-                        .arg("create")
-                        .arg(&store)
-                        .args(["--expected-tags", "50000"])
-                        .stdout(Stdio::null())
-                        .status()
-                        .expect("tagstore create");
-                    assert!(st.success(), "tagstore create {}", store.display());
+                    create_store(&store, 50_000);
                 }
-                let mut c = Command::new(env!("CARGO_BIN_EXE_tagstore"));
-                c.arg("serve")
-                    .arg(&store)
-                    .args(["--listen", &format!("127.0.0.1:{port}")]);
-                c
+                spawn_serve(&store, port)
             }
         };
-        let mut child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start a backend node");
-        if wait_ping(port, &mut child) {
-            kids.0.push(child);
+        if keep_if_up(kids, port, child) {
             return port;
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
     panic!("no backend node started after 5 tries");
 }
@@ -156,7 +72,7 @@ fn start_node(kids: &mut Kids, dir: &Path, backend: Backend, n: usize) -> u16 {
 /// whose name is the member `m`, are not keys the test wrote, and are left
 /// out.
 fn node_keys(port: u16, backend: Backend) -> Vec<Vec<u8>> {
-    let mut c = Conn::new(TcpStream::connect(("127.0.0.1", port)).expect("connect to node"));
+    let mut c = Conn::open(port).expect("connect to node");
     if backend == Backend::Serve {
         let mut keys = Vec::new();
         let mut cursor = b"0".to_vec();
@@ -217,110 +133,20 @@ fn start_proxy(kids: &mut Kids, dir: &Path, conf: &dyn Fn(u16) -> String) -> (u1
             "nutcracker -t refuses the config:\n{text}\n{}",
             String::from_utf8_lossy(&t.stderr)
         );
-        let mut child = Command::new("nutcracker")
-            .arg("-c")
-            .arg(&path)
-            .args(["-s", &free_port().to_string(), "-a", "127.0.0.1"])
-            .arg("-o")
-            .arg(dir.join("nutcracker.log"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nutcracker");
-        if wait_ping(port, &mut child) {
-            kids.0.push(child);
+        let child = spawn_nutcracker(&path, &dir.join("nutcracker.log"));
+        if keep_if_up(kids, port, child) {
             return (port, text);
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
     let log = fs::read_to_string(dir.join("nutcracker.log")).unwrap_or_default();
     panic!("nutcracker did not come up after 5 tries; log:\n{log}");
-}
-
-/// A RESP2 reply.
-#[derive(Debug)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Vec<Reply>),
-}
-
-/// A connection speaking raw RESP2.
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: std::io::BufWriter<TcpStream>,
-}
-
-impl Conn {
-    fn new(s: TcpStream) -> Conn {
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        let w = std::io::BufWriter::new(s.try_clone().unwrap());
-        Conn {
-            r: BufReader::new(s),
-            w,
-        }
-    }
-
-    /// Queues one command (flushed by `reply`).
-    fn send(&mut self, args: &[&[u8]]) {
-        write!(self.w, "*{}\r\n", args.len()).unwrap();
-        for a in args {
-            write!(self.w, "${}\r\n", a.len()).unwrap();
-            self.w.write_all(a).unwrap();
-            self.w.write_all(b"\r\n").unwrap();
-        }
-    }
-
-    fn line(&mut self) -> std::io::Result<String> {
-        let mut l = String::new();
-        self.r.read_line(&mut l)?;
-        if !l.ends_with("\r\n") {
-            return Err(std::io::Error::other(format!("bad RESP line {l:?}")));
-        }
-        l.truncate(l.len() - 2);
-        Ok(l)
-    }
-
-    fn reply(&mut self) -> std::io::Result<Reply> {
-        self.w.flush()?;
-        let l = self.line()?;
-        let (t, rest) = l.split_at(1);
-        let num = || {
-            rest.parse::<i64>()
-                .map_err(|_| std::io::Error::other(format!("bad number in {l:?}")))
-        };
-        Ok(match t {
-            "+" => Reply::Simple(rest.to_string()),
-            "-" => Reply::Error(rest.to_string()),
-            ":" => Reply::Int(num()?),
-            "$" if num()? < 0 => Reply::Bulk(None),
-            "$" => {
-                let mut b = vec![0; num()? as usize + 2];
-                self.r.read_exact(&mut b)?;
-                b.truncate(b.len() - 2);
-                Reply::Bulk(Some(b))
-            }
-            "*" => {
-                let n = num()?;
-                let mut v = Vec::with_capacity(n.max(0) as usize);
-                for _ in 0..n {
-                    v.push(self.reply()?);
-                }
-                Reply::Array(v)
-            }
-            _ => return Err(std::io::Error::other(format!("bad RESP reply {l:?}"))),
-        })
-    }
 }
 
 /// Writes every key through the proxy, pipelined 1000 at a time. SADD rather
 /// than SET: it is what a `tagstore serve` node will speak, and nutcracker
 /// routes every single-key command by its key alike.
 fn write_through_proxy(port: u16, keys: &[String]) {
-    let mut c = Conn::new(TcpStream::connect(("127.0.0.1", port)).expect("connect to proxy"));
+    let mut c = Conn::open(port).expect("connect to proxy");
     for chunk in keys.chunks(1000) {
         for k in chunk {
             c.send(&[b"SADD", k.as_bytes(), b"m"]);
@@ -335,27 +161,11 @@ fn write_through_proxy(port: u16, keys: &[String]) {
     }
 }
 
-/// A small deterministic generator (xorshift64*), so no crate is needed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[(self.next() % xs.len() as u64) as usize]
-    }
-}
-
 /// 40,000+ distinct keys: ASCII, non-ASCII UTF-8, tagstore's
 /// `o:<len>:<rel>:<obj>` / `s:…` scheme, and a few with tab, newline,
 /// backslash and spaces (TSV escapes on the way to `tagstore ring`).
 fn make_keys(seed: u64) -> Vec<String> {
-    let mut r = Rng(seed | 1);
+    let mut r = XorShift(seed | 1);
     let rels = ["isa", "depends_on", "tagged", "タグ", "über"];
     let words = [
         "photo",
@@ -464,7 +274,7 @@ struct Srv {
 /// Runs the whole check for one pool layout, hash (`None`: no `hash:`
 /// line, nutcracker's default) and distribution.
 fn check_cluster(hash: Option<&str>, dist: &str, servers: &[Srv], seed: u64, backend: Backend) {
-    if !have_tools() {
+    if !have_tools("cluster_ring", &["nutcracker", "redis-server"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -8,159 +8,20 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 use tagstore::{tsv, Tag};
 
+mod common;
+
+use common::cluster::{
+    create_store, free_port, have_tools, keep_if_up, spawn_nutcracker, spawn_serve, Conn, Kids,
+    Reply, XorShift,
+};
+
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
-
-/// Child processes, killed when the test ends however it ends.
-#[derive(Default)]
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn have_nutcracker() -> bool {
-    let ok = Command::new("nutcracker")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if ok {
-        return true;
-    }
-    let msg = "cluster_tools: nutcracker not installed (apt-get install nutcracker)";
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}; CI must install it (.ci/run does)");
-    }
-    let _ = writeln!(std::io::stderr(), "SKIPPED {msg}");
-    false
-}
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local addr").port()
-}
-
-/// A RESP2 reply.
-#[derive(Debug, PartialEq)]
-enum Reply {
-    Simple(String),
-    Error(String),
-    Int(i64),
-    Bulk(Option<Vec<u8>>),
-    Array(Vec<Reply>),
-}
-
-/// A raw RESP2 connection.
-struct Conn {
-    r: BufReader<TcpStream>,
-    w: std::io::BufWriter<TcpStream>,
-}
-
-impl Conn {
-    fn open(port: u16) -> std::io::Result<Conn> {
-        let s = TcpStream::connect(("127.0.0.1", port))?;
-        s.set_read_timeout(Some(Duration::from_secs(30)))?;
-        let w = std::io::BufWriter::new(s.try_clone()?);
-        Ok(Conn {
-            r: BufReader::new(s),
-            w,
-        })
-    }
-
-    fn send(&mut self, args: &[&[u8]]) {
-        write!(self.w, "*{}\r\n", args.len()).unwrap();
-        for a in args {
-            write!(self.w, "${}\r\n", a.len()).unwrap();
-            self.w.write_all(a).unwrap();
-            self.w.write_all(b"\r\n").unwrap();
-        }
-    }
-
-    fn reply(&mut self) -> std::io::Result<Reply> {
-        self.w.flush()?;
-        let mut l = String::new();
-        self.r.read_line(&mut l)?;
-        if !l.ends_with("\r\n") {
-            return Err(std::io::Error::other(format!("bad RESP line {l:?}")));
-        }
-        l.truncate(l.len() - 2);
-        let (t, rest) = l.split_at(1);
-        let num = || {
-            rest.parse::<i64>()
-                .map_err(|_| std::io::Error::other(format!("bad number {l:?}")))
-        };
-        Ok(match t {
-            "+" => Reply::Simple(rest.to_string()),
-            "-" => Reply::Error(rest.to_string()),
-            ":" => Reply::Int(num()?),
-            "$" if num()? < 0 => Reply::Bulk(None),
-            "$" => {
-                let mut b = vec![0; num()? as usize + 2];
-                self.r.read_exact(&mut b)?;
-                b.truncate(b.len() - 2);
-                Reply::Bulk(Some(b))
-            }
-            "*" => {
-                let n = num()?;
-                let mut v = Vec::new();
-                for _ in 0..n {
-                    v.push(self.reply()?);
-                }
-                Reply::Array(v)
-            }
-            _ => return Err(std::io::Error::other(format!("bad reply {l:?}"))),
-        })
-    }
-
-    /// SMEMBERS, sorted.
-    fn smembers(&mut self, key: &str) -> std::io::Result<BTreeSet<String>> {
-        self.send(&[b"SMEMBERS", key.as_bytes()]);
-        match self.reply()? {
-            Reply::Array(items) => Ok(items
-                .into_iter()
-                .map(|r| match r {
-                    Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
-                    other => panic!("SMEMBERS item {other:?}"),
-                })
-                .collect()),
-            other => Err(std::io::Error::other(format!("SMEMBERS {key}: {other:?}"))),
-        }
-    }
-}
-
-/// Waits until `port` answers PING, or `child` exits, or 10 s pass.
-fn wait_ping(port: u16, child: &mut Child) -> bool {
-    let end = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < end {
-        if let Ok(Some(_)) = child.try_wait() {
-            return false;
-        }
-        if let Ok(mut c) = Conn::open(port) {
-            c.send(&[b"PING"]);
-            if let Ok(Reply::Simple(p)) = c.reply() {
-                if p == "PONG" {
-                    return true;
-                }
-            }
-        }
-        sleep(Duration::from_millis(20));
-    }
-    false
-}
 
 /// Runs tagstore; (exit code, stdout, stderr).
 fn tagstore(args: &[&str]) -> (i32, String, String) {
@@ -201,14 +62,7 @@ impl Cluster {
         };
         for i in 0..n {
             let store = dir.join(format!("node{i}.tags"));
-            let st = Command::new(BIN)
-                .arg("create")
-                .arg(&store)
-                .args(["--expected-tags", "20000"])
-                .stdout(Stdio::null())
-                .status()
-                .unwrap();
-            assert!(st.success());
+            create_store(&store, 20_000);
             c.nodes.push(Node {
                 store,
                 port: 0,
@@ -223,22 +77,12 @@ impl Cluster {
     fn start_node(&mut self, i: usize, port: Option<u16>) {
         for _ in 0..50 {
             let p = port.unwrap_or_else(free_port);
-            let mut child = Command::new(BIN)
-                .arg("serve")
-                .arg(&self.nodes[i].store)
-                .args(["--listen", &format!("127.0.0.1:{p}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start tagstore serve");
-            if wait_ping(p, &mut child) {
-                self.kids.0.push(child);
+            let child = spawn_serve(&self.nodes[i].store, p);
+            if keep_if_up(&mut self.kids, p, child) {
                 self.nodes[i].port = p;
                 self.nodes[i].kid = self.kids.0.len() - 1;
                 return;
             }
-            let _ = child.kill();
-            let _ = child.wait();
             sleep(Duration::from_millis(100));
         }
         panic!("node {i} did not start");
@@ -271,23 +115,11 @@ impl Cluster {
         for _ in 0..5 {
             let port = free_port();
             fs::write(&path, self.config(n, port)).unwrap();
-            let mut child = Command::new("nutcracker")
-                .arg("-c")
-                .arg(&path)
-                .args(["-s", &free_port().to_string(), "-a", "127.0.0.1"])
-                .arg("-o")
-                .arg(self.dir.join(format!("{name}.log")))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start nutcracker");
-            if wait_ping(port, &mut child) {
-                self.kids.0.push(child);
+            let child = spawn_nutcracker(&path, &self.dir.join(format!("{name}.log")));
+            if keep_if_up(&mut self.kids, port, child) {
                 self.proxy = port;
                 return path;
             }
-            let _ = child.kill();
-            let _ = child.wait();
         }
         panic!("nutcracker did not come up");
     }
@@ -334,22 +166,10 @@ fn write(c: &mut Conn, tags: &[Tag], o: bool, s: bool) {
     }
 }
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 /// `n` distinct tags, subjects skewed (a few very common, many rare), two
 /// relationships, some non-ASCII names and one with a tab.
 fn make_tags(seed: u64, n: usize) -> Vec<Tag> {
-    let mut r = Rng(seed | 1);
+    let mut r = XorShift(seed | 1);
     let mut set = BTreeSet::new();
     while set.len() < n {
         let i = set.len();
@@ -441,7 +261,7 @@ fn same_finds(c: &mut Conn, reference: &Path, tags: &BTreeSet<Tag>, extra: &[Tag
 
 #[test]
 fn cloud_equals_a_single_store() {
-    if !have_nutcracker() {
+    if !have_tools("cluster_tools", &["nutcracker"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -477,7 +297,7 @@ fn cloud_equals_a_single_store() {
 
 #[test]
 fn repair_makes_s_halves_agree_with_o_halves() {
-    if !have_nutcracker() {
+    if !have_tools("cluster_tools", &["nutcracker"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -567,7 +387,7 @@ fn repair_makes_s_halves_agree_with_o_halves() {
 
 #[test]
 fn reshard_three_to_four_nodes() {
-    if !have_nutcracker() {
+    if !have_tools("cluster_tools", &["nutcracker"]) {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
 
+mod common;
+
+use common::cluster::XorShift;
+
 /// A reply as the client reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum R {
@@ -204,23 +208,8 @@ fn skey(rel: &str, subject: &str) -> String {
     format!("s:{}:{rel}:{subject}", rel.len())
 }
 
-/// xorshift64*: deterministic per seed, printed so a failure can be replayed.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<'a>(&mut self, v: &'a [String]) -> &'a str {
-        &v[self.below(v.len())]
-    }
-}
-
+/// The generator's seed (`SERVE_SEED`, else the clock), printed so a
+/// failure can be replayed.
 fn seed() -> u64 {
     let s = std::env::var("SERVE_SEED")
         .ok()
@@ -240,7 +229,7 @@ fn set_commands_match_a_model() {
     let (_d, path) = temp_store();
     let srv = Server::start(&path, &[]);
     let mut c = srv.client();
-    let mut rng = Rng(seed());
+    let mut rng = XorShift(seed());
     let objects: Vec<String> = [
         "p1",
         "photo two",
@@ -314,32 +303,22 @@ fn set_commands_match_a_model() {
         }
     }
     // Every set, both forms: SMEMBERS and SCARD equal the model's.
+    let mut same_set = |key: String, want: BTreeSet<String>| {
+        assert_eq!(c.call(&["SMEMBERS", &key]).set(), want, "{key:?}");
+        assert_eq!(
+            c.call(&["SCARD", &key]),
+            R::Int(want.len() as i64),
+            "{key:?}"
+        );
+    };
     for r in &rels {
         for o in &objects {
-            let want: BTreeSet<String> = model
-                .iter()
-                .filter(|t| &t.0 == o && &t.1 == r)
-                .map(|t| t.2.clone())
-                .collect();
-            assert_eq!(
-                c.call(&["SMEMBERS", &okey(r, o)]).set(),
-                want,
-                "{o:?} {r:?}"
-            );
-            assert_eq!(c.call(&["SCARD", &okey(r, o)]), R::Int(want.len() as i64));
+            let want = model.iter().filter(|t| &t.0 == o && &t.1 == r);
+            same_set(okey(r, o), want.map(|t| t.2.clone()).collect());
         }
         for s in &subjects {
-            let want: BTreeSet<String> = model
-                .iter()
-                .filter(|t| &t.2 == s && &t.1 == r)
-                .map(|t| t.0.clone())
-                .collect();
-            assert_eq!(
-                c.call(&["SMEMBERS", &skey(r, s)]).set(),
-                want,
-                "{s:?} {r:?}"
-            );
-            assert_eq!(c.call(&["SCARD", &skey(r, s)]), R::Int(want.len() as i64));
+            let want = model.iter().filter(|t| &t.2 == s && &t.1 == r);
+            same_set(skey(r, s), want.map(|t| t.0.clone()).collect());
         }
     }
     assert!(!model.is_empty());
@@ -801,17 +780,19 @@ fn redis_cli_talks_to_a_node() {
     let (_d, path) = temp_store();
     let srv = Server::start(&path, &["--requirepass", "pw"]);
     let port = srv.addr.port().to_string();
+    // How redis-cli reaches the node.
+    let to_node = [
+        "-h",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-a",
+        "pw",
+        "--no-auth-warning",
+    ];
     let cli = |args: &[&str]| -> String {
         let o = Command::new("redis-cli")
-            .args([
-                "-h",
-                "127.0.0.1",
-                "-p",
-                &port,
-                "-a",
-                "pw",
-                "--no-auth-warning",
-            ])
+            .args(to_node)
             .args(args)
             .output()
             .expect("run redis-cli");
@@ -836,15 +817,7 @@ fn redis_cli_talks_to_a_node() {
     assert!(cli(&["GET", "x"]).contains("unknown command"));
     // Interactive mode (it calls COMMAND DOCS first), commands on stdin.
     let mut child = Command::new("redis-cli")
-        .args([
-            "-h",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-a",
-            "pw",
-            "--no-auth-warning",
-        ])
+        .args(to_node)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

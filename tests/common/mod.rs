@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cli;
+pub mod cluster;
 pub mod crash;
 pub mod edge;
 pub mod store;

@@ -108,15 +108,8 @@ enum Cmd {
     Cloud {
         /// Store file.
         store: PathBuf,
-        /// Relationship.
-        #[arg(long)]
-        relationship: String,
-        /// How many subjects.
-        #[arg(long, default_value_t = 50)]
-        top: usize,
-        /// Print JSON instead of text.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        opts: CloudOpts,
     },
     /// Print the node of a nutcracker pool that holds each key (KEY<TAB>NODE),
     /// placed exactly as nutcracker 0.5.0 places it (ketama).
@@ -403,30 +396,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             say!(out, "{}", s.count(&subject, &relationship)?);
             finish(out, ExitCode::SUCCESS)
         }
-        Cmd::Cloud {
-            store,
-            relationship,
-            top,
-            json,
-        } => {
+        Cmd::Cloud { store, opts } => {
             let s = open_ro(&store)?;
-            let cloud = s.cloud(&relationship, top)?;
-            if json {
-                let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
-                say!(out, "{j}");
-            } else {
-                for e in &cloud {
-                    if !say!(
-                        out,
-                        "{}\t{}\t{:.2}",
-                        tsv::escape(&e.subject),
-                        e.count,
-                        e.weight
-                    ) {
-                        break;
-                    }
-                }
-            }
+            print_cloud(&mut out, &s.cloud(&opts.relationship, opts.top)?, opts.json)?;
             finish(out, ExitCode::SUCCESS)
         }
         Cmd::Ring(a) => {
@@ -635,6 +607,42 @@ fn change_file(
 }
 
 /// The before/after table of `maintain`.
+/// What a tag cloud shows and how: the options of `cloud` and `cluster cloud`.
+#[derive(Args)]
+struct CloudOpts {
+    /// Relationship.
+    #[arg(long)]
+    relationship: String,
+    /// How many subjects.
+    #[arg(long, default_value_t = 50)]
+    top: usize,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A tag cloud as `cloud` and `cluster cloud` print it: pretty JSON, or
+/// one `SUBJECT<TAB>COUNT<TAB>WEIGHT` line per entry.
+fn print_cloud(out: &mut Out, cloud: &[tagstore::CloudEntry], json: bool) -> Result<(), String> {
+    if json {
+        let j = serde_json::to_string_pretty(cloud).map_err(|e| e.to_string())?;
+        say!(out, "{j}");
+    } else {
+        for e in cloud {
+            if !say!(
+                out,
+                "{}\t{}\t{:.2}",
+                tsv::escape(&e.subject),
+                e.count,
+                e.weight
+            ) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn print_maintain(out: &mut Out, r: &tagstore::MaintainReport) {
     let (b, a) = (&r.before, &r.after);
     say!(out, "{:<26}{:>16}{:>16}", "", "before", "after");

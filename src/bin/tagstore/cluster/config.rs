@@ -455,6 +455,18 @@ fn strip_comment(l: &str) -> &str {
     l
 }
 
+/// The one pool of a config whose pool has `hash` and these `servers`
+/// lines (`host:port:weight [name]`): for the tests of the ring and of
+/// key moves.
+#[cfg(test)]
+pub fn test_pool(hash: &str, servers: &[&str]) -> Pool {
+    let mut t = format!("p:\n  listen: 127.0.0.1:1\n  hash: {hash}\n  servers:\n");
+    for s in servers {
+        t.push_str(&format!("  - {s}\n"));
+    }
+    parse(&t).unwrap().pools.remove(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

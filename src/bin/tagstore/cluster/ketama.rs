@@ -118,15 +118,7 @@ fn continuum(servers: &[Server]) -> Vec<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::config::parse;
-
-    fn pool(servers: &[&str], hash: &str) -> Pool {
-        let mut t = format!("p:\n  listen: 127.0.0.1:1\n  hash: {hash}\n  servers:\n");
-        for s in servers {
-            t.push_str(&format!("  - {s}\n"));
-        }
-        parse(&t).unwrap().pools.remove(0)
-    }
+    use crate::cluster::config::test_pool as pool;
 
     #[test]
     fn points_follow_weights() {
@@ -138,7 +130,7 @@ mod tests {
         assert_eq!(points_for(1, 5, 4), 128);
         // A tiny share can get no point at all, as in nutcracker.
         assert_eq!(points_for(1, 1000, 2), 0);
-        let p = pool(&["a:1:3 x", "a:2:1 y", "a:3:1 z", "a:4:1"], "md5");
+        let p = pool("md5", &["a:1:3 x", "a:2:1 y", "a:3:1 z", "a:4:1"]);
         let r = Ring::new(&p);
         let mut per = vec![0; 4];
         for &(_, s) in r.points() {
@@ -150,7 +142,7 @@ mod tests {
 
     #[test]
     fn continuum_is_sorted_and_dispatch_wraps() {
-        let p = pool(&["h:1:1 a", "h:2:1 b", "h:3:1 c"], "md5");
+        let p = pool("md5", &["h:1:1 a", "h:2:1 b", "h:3:1 c"]);
         let r = Ring::new(&p);
         let pts = r.points();
         assert_eq!(pts.len(), 480);
@@ -171,7 +163,7 @@ mod tests {
 
     #[test]
     fn first_points_are_md5_words_of_name_dash_k() {
-        let p = pool(&["h:1:1 alpha", "h:2:1"], "md5");
+        let p = pool("md5", &["h:1:1 alpha", "h:2:1"]);
         let r = Ring::new(&p);
         let d = md5(b"alpha-0");
         // "alpha" sorts after "h:2" (longer): it is server 1.
@@ -186,7 +178,7 @@ mod tests {
 
     #[test]
     fn shares_are_near_the_weights() {
-        let p = pool(&["n:1:1 a", "n:2:1 b", "n:3:2 c"], "murmur");
+        let p = pool("murmur", &["n:1:1 a", "n:2:1 b", "n:3:2 c"]);
         let r = Ring::new(&p);
         let mut per = [0u32; 3];
         for i in 0..40_000 {
@@ -202,16 +194,16 @@ mod tests {
 
     #[test]
     fn single_server_and_empty_key() {
-        let r = Ring::new(&pool(&["h:1:1"], "md5"));
+        let r = Ring::new(&pool("md5", &["h:1:1"]));
         assert_eq!(r.locate(b"anything"), 0);
-        let p = pool(&["h:1:1 a", "h:2:1 b"], "md5");
+        let p = pool("md5", &["h:1:1 a", "h:2:1 b"]);
         let r = Ring::new(&p);
         assert_eq!(r.locate(b""), r.dispatch(0));
     }
 
     #[test]
     fn modula_uses_weight_slots() {
-        let mut p = pool(&["h:1:2 a", "h:2:1 b"], "crc32a");
+        let mut p = pool("crc32a", &["h:1:2 a", "h:2:1 b"]);
         p.distribution = Distribution::Modula;
         let r = Ring::new(&p);
         for key in ["x", "yy", "zzz", "photo1"] {

@@ -83,15 +83,7 @@ impl Compare {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::config::parse;
-
-    fn pool(hash: &str, servers: &[&str]) -> Pool {
-        let mut t = format!("p:\n  listen: 127.0.0.1:1\n  hash: {hash}\n  servers:\n");
-        for s in servers {
-            t.push_str(&format!("  - {s}\n"));
-        }
-        parse(&t).unwrap().pools.remove(0)
-    }
+    use crate::cluster::config::test_pool as pool;
 
     #[test]
     fn three_to_four_equal_nodes_moves_about_a_quarter() {

@@ -50,15 +50,8 @@ pub struct Common {
 pub struct CloudArgs {
     /// nutcracker's configuration file (YAML).
     config: PathBuf,
-    /// Relationship.
-    #[arg(long)]
-    relationship: String,
-    /// How many subjects.
-    #[arg(long, default_value_t = 50)]
-    top: usize,
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    opts: crate::CloudOpts,
     #[command(flatten)]
     common: Common,
 }
@@ -178,7 +171,7 @@ fn glob_escape(text: &str) -> String {
 fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
     let pool = load_pool(&a.config, a.common.pool.as_deref())?;
     let mut c = Cluster::connect(&pool, a.common.timeout)?;
-    let prefix = key('s', &a.relationship, "");
+    let prefix = key('s', &a.opts.relationship, "");
     let pattern = format!("{}*", glob_escape(&prefix));
     // (count, subject), sorted as a store's cloud: most used first, then
     // by subject.
@@ -201,7 +194,7 @@ fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
         }
     }
     all.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
-    all.truncate(a.top);
+    all.truncate(a.opts.top);
     let (max, min) = (
         all.first().map_or(1, |x| x.0) as f64,
         all.last().map_or(1, |x| x.0) as f64,
@@ -219,23 +212,7 @@ fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
             },
         })
         .collect();
-    if a.json {
-        let j = serde_json::to_string_pretty(&cloud).map_err(|e| e.to_string())?;
-        say!(out, "{j}");
-    } else {
-        for e in &cloud {
-            if !say!(
-                out,
-                "{}\t{}\t{:.2}",
-                tsv::escape(&e.subject),
-                e.count,
-                e.weight
-            ) {
-                break;
-            }
-        }
-    }
-    Ok(())
+    crate::print_cloud(out, &cloud, a.opts.json)
 }
 
 /// A tag as (relationship, object, subject).

@@ -215,12 +215,7 @@ fn sscan_command(
 ) -> Result<(), Failure> {
     let (cursor, pattern, count) = scan_options(args)?;
     let (members, next) = sscan::page(store, key, cursor, pattern, count)?;
-    resp::array(out, 2);
-    resp::bulk(out, next.to_string().as_bytes());
-    resp::array(out, members.len());
-    for m in &members {
-        resp::bulk(out, m.as_bytes());
-    }
+    page_reply(out, &members, next);
     Ok(())
 }
 
@@ -229,13 +224,18 @@ fn sscan_command(
 fn scan_command(store: &Store, args: &[Vec<u8>], out: &mut Vec<u8>) -> Result<(), Failure> {
     let (cursor, pattern, count) = scan_options(args)?;
     let (keys, next) = scan::page(store, cursor, pattern, count)?;
+    page_reply(out, &keys, next);
+    Ok(())
+}
+
+/// The reply of SCAN and SSCAN: `[next cursor, [items…]]`.
+fn page_reply(out: &mut Vec<u8>, items: &[String], next: u64) {
     resp::array(out, 2);
     resp::bulk(out, next.to_string().as_bytes());
-    resp::array(out, keys.len());
-    for k in &keys {
-        resp::bulk(out, k.as_bytes());
+    resp::array(out, items.len());
+    for i in items {
+        resp::bulk(out, i.as_bytes());
     }
-    Ok(())
 }
 
 /// `cursor [MATCH pattern] [COUNT n]` of SCAN and SSCAN.
