@@ -634,8 +634,12 @@ fn run_workload(w: &Workload) {
         std::fs::metadata(&path).expect("stat").len(),
         "stats file bytes vs the file"
     );
+    // A rewrite places each key as the store did only when that store was
+    // unsplit (level 0): a grown store's keys hash to the same bucket count
+    // by another rule, so its chains may come out otherwise.
+    let unsplit = r.before.growth.level == 0 && r.before.growth.split_pointer == 0;
     assert!(
-        now.secondary_linked <= r.before.secondary_linked,
+        !unsplit || now.secondary_linked <= r.before.secondary_linked,
         "linked secondary buckets grew: {} -> {}",
         r.before.secondary_linked,
         now.secondary_linked
@@ -652,7 +656,7 @@ fn run_workload(w: &Workload) {
             "report: file and allocated bytes before"
         );
         assert!(
-            now.file_bytes <= pre.file_bytes,
+            !unsplit || now.file_bytes <= pre.file_bytes,
             "file grew from {} to {} bytes",
             pre.file_bytes,
             now.file_bytes
@@ -662,7 +666,7 @@ fn run_workload(w: &Workload) {
         // (on ext4 they can grow by a block or two even here).
         let data = data_blocks(&path);
         assert!(
-            data <= *pre_data,
+            !unsplit || data <= *pre_data,
             "the rewrite holds {data} written 4 KB blocks, the old file {pre_data}"
         );
     }
