@@ -61,6 +61,13 @@ pub struct ServeArgs {
     /// Drop a client that has not read its replies for this long (seconds).
     #[arg(long, value_name = "SECONDS", default_value = "60")]
     write_timeout: WaitArg,
+    /// Keep the store's tag counters current while serving (for `tagstore
+    /// count` and `cloud` on this store). Off by default: no command of the
+    /// protocol reads them, and counters of millions of distinct subjects
+    /// take memory and pause writes while they merge; off, they are rebuilt
+    /// from the tags on their next use.
+    #[arg(long)]
+    counts: bool,
 }
 
 /// Most arguments in one request (the command name included).
@@ -80,6 +87,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         .local_addr()
         .map_err(|e| Fail::Error(format!("listening socket: {e}")))?;
     let store = open_or_create(&a.store)?;
+    store.set_counting(a.counts);
     if let Err(e) = store.set_durability(a.durability.into()) {
         let _ = store.close();
         return Err(e.into());
