@@ -831,3 +831,30 @@ fn redis_cli_talks_to_a_node() {
     let o = child.wait_with_output().expect("wait");
     assert_eq!(String::from_utf8_lossy(&o.stdout), "1\nsunset\n");
 }
+
+/// A node keeps no tag counters unless started with `--counts`; either way
+/// `Store::count` on the store afterwards is exact (rebuilt from the tags
+/// when the node did not keep them).
+#[test]
+fn counts_are_exact_after_serving_with_or_without_counters() {
+    for extra in [&[][..], &["--counts"][..]] {
+        let (_d, path) = temp_store();
+        let srv = Server::start(&path, extra);
+        let mut c = srv.client();
+        for i in 0..120 {
+            let o = format!("o:3:isa:obj{i}");
+            let subject = if i % 3 == 0 { "sunset" } else { "dawn" };
+            assert_eq!(c.call(&["SADD", &o, subject]), R::Int(1));
+        }
+        assert_eq!(c.call(&["SREM", "o:3:isa:obj0", "sunset"]), R::Int(1));
+        assert!(srv.term().success(), "{extra:?}");
+        let store = tagstore::Store::open(&path).expect("open");
+        assert_eq!(
+            store.count("sunset", "isa").expect("count"),
+            39,
+            "{extra:?}"
+        );
+        assert_eq!(store.count("dawn", "isa").expect("count"), 80, "{extra:?}");
+        store.close().expect("close");
+    }
+}
