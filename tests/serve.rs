@@ -858,3 +858,53 @@ fn counts_are_exact_after_serving_with_or_without_counters() {
         store.close().expect("close");
     }
 }
+
+/// `--half-only`: each write stores only the half its key names, so the
+/// other key of the tag stays empty on this node until its own write
+/// arrives; SCAN lists only the keys the node holds; a store that keeps
+/// whole tags is refused with `--half-only`.
+#[test]
+fn half_only_nodes_store_the_half_their_key_names() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--half-only"]);
+    let mut c = srv.client();
+    let bulk = |s: &str| R::Bulk(s.as_bytes().to_vec());
+    assert_eq!(c.call(&["SADD", "o:3:isa:p1", "sunset"]), R::Int(1));
+    assert_eq!(
+        c.call(&["SMEMBERS", "o:3:isa:p1"]),
+        R::Arr(vec![bulk("sunset")])
+    );
+    assert_eq!(c.call(&["SMEMBERS", "s:3:isa:sunset"]), R::Arr(vec![]));
+    assert_eq!(c.call(&["SISMEMBER", "s:3:isa:sunset", "p1"]), R::Int(0));
+    assert_eq!(
+        c.call(&["SCAN", "0"]),
+        R::Arr(vec![bulk("0"), R::Arr(vec![bulk("o:3:isa:p1")])])
+    );
+    assert_eq!(c.call(&["SADD", "s:3:isa:sunset", "p1"]), R::Int(1));
+    assert_eq!(c.call(&["SISMEMBER", "s:3:isa:sunset", "p1"]), R::Int(1));
+    assert_eq!(c.call(&["SREM", "o:3:isa:p1", "sunset"]), R::Int(1));
+    assert_eq!(c.call(&["SMEMBERS", "o:3:isa:p1"]), R::Arr(vec![]));
+    assert_eq!(
+        c.call(&["SMEMBERS", "s:3:isa:sunset"]),
+        R::Arr(vec![bulk("p1")])
+    );
+    assert!(srv.term().success());
+    let s = tagstore::Store::open(&path).expect("open");
+    assert!(s.is_half_only());
+    assert_eq!(s.len(), 1, "one half stored");
+    s.close().expect("close");
+    // A store that keeps whole tags is not served as half-only.
+    let (_d2, whole) = temp_store();
+    tagstore::Store::create(&whole, &Default::default())
+        .expect("create")
+        .close()
+        .expect("close");
+    let out = Command::new(BIN)
+        .arg("serve")
+        .arg(&whole)
+        .args(["--listen", "127.0.0.1:0", "--half-only"])
+        .output()
+        .expect("run serve");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--half-only"));
+}

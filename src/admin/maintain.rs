@@ -11,7 +11,7 @@ use super::stats::Stats;
 use crate::counts::counts_path;
 use crate::engine::{CreateOptions, OpenOptions, Store};
 use crate::error::{Error, Result};
-use crate::format::{Geometry, Tag};
+use crate::format::{Geometry, Half, Tag};
 use crate::side::{remove_if_present, resolve, side_path, sync_dir};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -82,8 +82,16 @@ impl Store {
         geometry.validate_new()?;
         let tmp = maintain_temp_path(path);
         remove_if_present(&tmp, "stale")?;
+        let half_only = old.is_half_only();
         let mut copy = || -> Result<()> {
-            let new = Store::create(
+            let create = |p: &Path, o: &CreateOptions| {
+                if half_only {
+                    Store::create_half_only(p, o)
+                } else {
+                    Store::create(p, o)
+                }
+            };
+            let new = create(
                 &tmp,
                 &CreateOptions {
                     expected_tags: 0,
@@ -117,18 +125,30 @@ impl Store {
             let total = old.len();
             let mut done = 0u64;
             let mut chunk: Vec<Tag> = Vec::with_capacity(4096);
-            let mut it = old.tags();
-            loop {
-                chunk.clear();
-                for t in it.by_ref().take(4096) {
-                    chunk.push(t?);
+            // A half-only store is copied half by half; any other, tag by tag
+            // (each tag read once, from its object half).
+            let passes: &[Option<Half>] = if half_only {
+                &[Some(Half::Object), Some(Half::Subject)]
+            } else {
+                &[None]
+            };
+            for &half in passes {
+                let mut it = match half {
+                    Some(h) => old.half_tags(h),
+                    None => old.tags(),
+                };
+                loop {
+                    chunk.clear();
+                    for t in it.by_ref().take(4096) {
+                        chunk.push(t?);
+                    }
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    new.insert_unique(&chunk, half)?;
+                    done += chunk.len() as u64;
+                    progress(done, total);
                 }
-                if chunk.is_empty() {
-                    break;
-                }
-                new.insert_unique(&chunk)?;
-                done += chunk.len() as u64;
-                progress(done, total);
             }
             if new.len() != total {
                 return Err(Error::corrupt(format!(

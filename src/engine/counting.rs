@@ -7,12 +7,13 @@ use crate::counts::{
     MergeOutcome,
 };
 use crate::error::{Error, Result};
+use crate::format::Half;
 use std::collections::{BTreeMap, HashMap};
 
 /// Counts every tag's (relationship, subject) by reading the store.
 fn count_tags(store: &Store) -> Result<HashMap<(String, String), u64>> {
     let mut m: HashMap<(String, String), u64> = HashMap::new();
-    for t in store.tags() {
+    for t in store.half_tags(Half::Subject) {
         let t = t?;
         *m.entry((t.relationship, t.subject)).or_default() += 1;
     }
@@ -31,9 +32,16 @@ impl Store {
         if slot.is_none() {
             let (writable, tags, pending_net) = {
                 let g = self.read();
+                // The counters count subject halves: every tag's, unless
+                // the store is half-only.
+                let subject = if g.half_only() {
+                    g.index.count_in(Half::Subject)
+                } else {
+                    g.tag_count
+                };
                 (
                     g.pager.writable(),
-                    g.tag_count,
+                    subject,
                     g.feed.pending.net(Channel::Own),
                 )
             };

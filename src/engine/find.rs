@@ -176,6 +176,8 @@ pub struct Tags<'s> {
     store: &'s Store,
     _reading: Reading<'s>,
     walk: ChainWalk,
+    /// The subject half, walked after the object half (half-only stores).
+    then: Option<ChainWalk>,
     buf: VecDeque<Tag>,
     failed: bool,
 }
@@ -187,6 +189,11 @@ impl Iterator for Tags<'_> {
         loop {
             if let Some(t) = self.buf.pop_front() {
                 return Some(Ok(t));
+            }
+            if self.walk.done() {
+                if let Some(w) = self.then.take() {
+                    self.walk = w;
+                }
             }
             if self.failed || self.walk.done() {
                 return None;
@@ -303,13 +310,28 @@ impl Store {
     }
 
     /// Streams every stored tag exactly once.
+    ///
+    /// In a half-only store: the object half's tags, then the subject
+    /// half's (a tag stored in both halves comes twice).
     pub fn tags(&self) -> Tags<'_> {
+        let half_only = self.read().half_only();
+        let mut t = self.half_tags(Half::Object);
+        if half_only {
+            t.then = Some(self.half_tags(Half::Subject).walk);
+        }
+        t
+    }
+
+    /// Streams the tags stored in one half (in a store that is not
+    /// half-only, every tag, as [`Store::tags`]).
+    pub fn half_tags(&self, half: Half) -> Tags<'_> {
         let reading = Reading::new(self);
-        let (first, end, step) = self.read().index.geometry().object_half();
+        let (first, end, step) = self.read().index.geometry().half_buckets(half);
         Tags {
             store: self,
             _reading: reading,
             walk: ChainWalk::every(first, end, step, None),
+            then: None,
             buf: VecDeque::new(),
             failed: false,
         }

@@ -23,7 +23,8 @@ pub(crate) use state::State;
 use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
 use crate::format::{
-    Geometry, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, INTENT_BLOCK, SUPERBLOCK_BLOCK,
+    Geometry, Half, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, FLAG_HALF_ONLY, INTENT_BLOCK,
+    SUPERBLOCK_BLOCK,
 };
 use crate::index::{Index, Tables};
 use crate::pager::{
@@ -77,20 +78,34 @@ impl Store {
 
     /// Creates a new, empty store file at `path`; fails if the path exists.
     pub fn create(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
-        Self::create_as(path.as_ref(), options, Layout::v2)
+        Self::create_as(path.as_ref(), options, Layout::v2, 0)
+    }
+
+    /// Creates a half-only store: each tag may be stored in its object
+    /// half, its subject half, or both, written with
+    /// [`Store::insert_half`] and [`Store::delete_half`] (a node behind a
+    /// proxy, which routes the two halves of a tag to different nodes).
+    pub fn create_half_only(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
+        Self::create_as(path.as_ref(), options, Layout::v2, FLAG_HALF_ONLY)
+    }
+
+    /// True for a store made by [`Store::create_half_only`].
+    pub fn is_half_only(&self) -> bool {
+        self.read().half_only()
     }
 
     /// Creates a store in format 1 (fixed geometry, never splits): the
     /// format older files have, for tests of reading and writing them.
     #[cfg(feature = "test-hooks")]
     pub fn create_format1(path: impl AsRef<Path>, options: &CreateOptions) -> Result<Store> {
-        Self::create_as(path.as_ref(), options, Layout::v1)
+        Self::create_as(path.as_ref(), options, Layout::v1, 0)
     }
 
     fn create_as(
         path: &Path,
         options: &CreateOptions,
         layout: fn(Geometry) -> Layout,
+        flags: u32,
     ) -> Result<Store> {
         let geometry = options.checked_geometry()?;
         let seed = match options.seed {
@@ -99,7 +114,7 @@ impl Store {
         };
         let layout = layout(geometry);
         let file = MappedFile::create(path, layout.file_len(0))?;
-        Self::create_in(file, path, layout, seed)
+        Self::create_in(file, path, layout, seed, flags)
     }
 
     /// Removes what a failed `create` made (called while its lock is held,
@@ -112,7 +127,13 @@ impl Store {
         }
     }
 
-    fn create_in(file: MappedFile, path: &Path, layout: Layout, seed: u64) -> Result<Store> {
+    fn create_in(
+        file: MappedFile,
+        path: &Path,
+        layout: Layout,
+        seed: u64,
+        flags: u32,
+    ) -> Result<Store> {
         // No store existed at this path, so a journal beside it is stale.
         if let Err(e) = remove_if_present(&crate::pager::journal_path(path), "stale journal") {
             Self::remove_made(path);
@@ -121,7 +142,7 @@ impl Store {
         let sb = Superblock {
             layout,
             secondary_count: 0,
-            flags: 0,
+            flags,
             seed,
             tag_count: 0,
             table_offset: 0,
@@ -277,7 +298,11 @@ impl Store {
         };
         let index = Index::new(tables, geo, sb.seed);
         let tag_count = if recovered {
-            index.count_half()
+            if sb.flags & FLAG_HALF_ONLY != 0 {
+                index.count_in(Half::Object) + index.count_in(Half::Subject)
+            } else {
+                index.count_half()
+            }
         } else {
             sb.tag_count
         };
@@ -297,7 +322,11 @@ impl Store {
             if let Some((old, level)) = split {
                 state.redo_split(old, level)?;
                 // A tag caught in both chains was counted twice.
-                state.tag_count = state.index.count_half();
+                state.tag_count = if state.half_only() {
+                    state.index.count_in(Half::Object) + state.index.count_in(Half::Subject)
+                } else {
+                    state.index.count_half()
+                };
             }
         }
         let mut store = Self::from_state(state, path)?;

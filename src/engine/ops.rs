@@ -4,7 +4,7 @@
 use super::{BatchOutcome, State, Store};
 use crate::error::{Error, Result};
 use crate::format::tag::encode;
-use crate::format::Tag;
+use crate::format::{Half, Tag};
 use crate::pager::Durability;
 use std::sync::RwLockWriteGuard;
 
@@ -19,8 +19,8 @@ impl Store {
     pub fn insert_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
         let slot = encode(tag)?;
         let mut st = self.write()?;
-        let changed = st.insert_slot(&slot, true)?;
-        self.finish_one(st, tag, changed.then_some(1), durability)?;
+        let (changed, counted) = st.insert_whole(&slot, true)?;
+        self.finish_one(st, tag, counted.then_some(1), durability)?;
         Ok(changed)
     }
 
@@ -38,8 +38,8 @@ impl Store {
             Err(e) => return Err(e),
         };
         let mut st = self.write()?;
-        let changed = st.delete_slot(&slot)?;
-        self.finish_one(st, tag, changed.then_some(-1), durability)?;
+        let (changed, counted) = st.delete_whole(&slot)?;
+        self.finish_one(st, tag, counted.then_some(-1), durability)?;
         Ok(changed)
     }
 
@@ -64,6 +64,43 @@ impl Store {
         Ok(())
     }
 
+    /// Inserts one half of a tag in a half-only store (the half a proxy
+    /// routed here); `Ok(false)` if that half was already stored.
+    pub fn insert_half(&self, half: Half, tag: &Tag) -> Result<bool> {
+        let slot = encode(tag)?;
+        let mut st = self.half_only_write("insert_half")?;
+        let changed = st.insert_half_slot(&slot, half)?;
+        let counted = (changed && half == Half::Subject).then_some(1);
+        self.finish_one(st, tag, counted, None)?;
+        Ok(changed)
+    }
+
+    /// Deletes one half of a tag in a half-only store; `Ok(false)` if that
+    /// half was not stored.
+    pub fn delete_half(&self, half: Half, tag: &Tag) -> Result<bool> {
+        let slot = match encode(tag) {
+            Ok(s) => s,
+            Err(Error::TagTooLarge { .. }) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut st = self.half_only_write("delete_half")?;
+        let changed = st.delete_half_slot(&slot, half)?;
+        let counted = (changed && half == Half::Subject).then_some(-1);
+        self.finish_one(st, tag, counted, None)?;
+        Ok(changed)
+    }
+
+    /// The state for a one-half write: refused unless the store is half-only.
+    fn half_only_write(&self, call: &str) -> Result<RwLockWriteGuard<'_, State>> {
+        let st = self.write()?;
+        if !st.half_only() {
+            return Err(Error::InvalidArgument(format!(
+                "{call} needs a half-only store (made by Store::create_half_only or `tagstore serve --half-only`)"
+            )));
+        }
+        Ok(st)
+    }
+
     /// The store's durability mode (not persisted; [`Durability::None`] on open).
     pub fn durability(&self) -> Durability {
         self.read().pager.durability()
@@ -74,12 +111,25 @@ impl Store {
         self.write()?.pager.set_durability(durability)
     }
 
-    /// True if the tag is stored.
+    /// True if the tag is stored (in a half-only store: in either half).
     pub fn contains(&self, tag: &Tag) -> Result<bool> {
         let Ok(slot) = encode(tag) else {
             return Ok(false);
         };
-        self.read().contains(&slot)
+        let st = self.read();
+        if st.half_only() {
+            return Ok(st.contains(&slot, Half::Object)? || st.contains(&slot, Half::Subject)?);
+        }
+        st.contains(&slot, Half::Object)
+    }
+
+    /// True if half `half` of the tag is stored (in a store that is not
+    /// half-only, the same as [`Store::contains`]).
+    pub fn contains_half(&self, half: Half, tag: &Tag) -> Result<bool> {
+        let Ok(slot) = encode(tag) else {
+            return Ok(false);
+        };
+        self.read().contains(&slot, half)
     }
 
     /// Inserts many tags, taking the write lock once per chunk.
@@ -127,17 +177,19 @@ impl Store {
             };
             for t in it.by_ref().take(CHUNK) {
                 let r = match encode(t) {
-                    Ok(slot) if insert => st.insert_slot(&slot, true),
-                    Ok(slot) => st.delete_slot(&slot),
-                    Err(Error::TagTooLarge { .. }) if !insert => Ok(false),
+                    Ok(slot) if insert => st.insert_whole(&slot, true),
+                    Ok(slot) => st.delete_whole(&slot),
+                    Err(Error::TagTooLarge { .. }) if !insert => Ok((false, false)),
                     Err(e) => Err(e),
                 };
                 match r {
-                    Ok(true) => {
+                    Ok((true, counted)) => {
                         out.changed += 1;
-                        st.feed.change(t, if insert { 1 } else { -1 });
+                        if counted {
+                            st.feed.change(t, if insert { 1 } else { -1 });
+                        }
                     }
-                    Ok(false) => out.unchanged += 1,
+                    Ok((false, _)) => out.unchanged += 1,
                     Err(e) => {
                         // What was applied before the error stays, durably
                         // in Immediate mode.
@@ -173,10 +225,15 @@ impl Store {
     }
 
     /// Inserts tags known to be distinct and absent (maintenance rebuilds).
-    pub(crate) fn insert_unique(&self, tags: &[Tag]) -> Result<()> {
+    /// With `half`, only that half of each (a half-only store's rewrite).
+    pub(crate) fn insert_unique(&self, tags: &[Tag], half: Option<Half>) -> Result<()> {
         let mut st = self.write()?;
         for t in tags {
-            st.insert_slot(&encode(t)?, false)?;
+            let slot = encode(t)?;
+            match half {
+                Some(h) => st.insert_half_slot(&slot, h)?,
+                None => st.insert_slot(&slot, false)?,
+            };
         }
         Ok(())
     }

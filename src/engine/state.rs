@@ -40,9 +40,14 @@ impl State {
         &self.index
     }
 
-    /// Tags stored.
+    /// Tags stored (halves stored, in a half-only store).
     pub(crate) fn tag_count(&self) -> u64 {
         self.tag_count
+    }
+
+    /// True for a half-only store (each half of a tag written on its own).
+    pub(crate) fn half_only(&self) -> bool {
+        self.sb.flags & crate::format::FLAG_HALF_ONLY != 0
     }
 
     /// Ends a public INSERT/DELETE call: commits when the store or the call asks

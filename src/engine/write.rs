@@ -28,13 +28,13 @@ impl State {
         Ok(Half::BOTH.map(|h| place(&geo, seed, h, view.relationship, view.key_name(h))))
     }
 
-    /// True if the encoded tag is stored (searching its object half).
-    pub fn contains(&self, slot: &SlotBytes) -> Result<bool> {
-        let [po, _] = self.places(slot)?;
+    /// True if the encoded tag is stored in half `half`.
+    pub fn contains(&self, slot: &SlotBytes, half: Half) -> Result<bool> {
+        let p = self.places(slot)?[half.index()];
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         Ok(self
             .index
-            .locate(&self.pager, po.bucket, po.fp(), th, slot)?
+            .locate(&self.pager, p.bucket, p.fp(), th, slot)?
             .is_some())
     }
 
@@ -258,6 +258,103 @@ impl State {
         self.commit_insert(go, &plo, ko, th);
         self.commit_insert(gs, &pls, ks, th);
         self.tag_count += 1;
+        Ok(true)
+    }
+
+    /// Inserts a whole tag: both halves under one intent, or each on its
+    /// own in a half-only store. Returns whether anything changed and
+    /// whether the subject half did (what the counters count).
+    pub fn insert_whole(&mut self, slot: &SlotBytes, check_dup: bool) -> Result<(bool, bool)> {
+        if !self.half_only() {
+            let c = self.insert_slot(slot, check_dup)?;
+            return Ok((c, c));
+        }
+        let o = self.insert_half_slot(slot, Half::Object)?;
+        let s = self.insert_half_slot(slot, Half::Subject)?;
+        Ok((o || s, s))
+    }
+
+    /// Deletes a whole tag (see [`State::insert_whole`]).
+    pub fn delete_whole(&mut self, slot: &SlotBytes) -> Result<(bool, bool)> {
+        if !self.half_only() {
+            let c = self.delete_slot(slot)?;
+            return Ok((c, c));
+        }
+        let s = self.delete_half_slot(slot, Half::Subject)?;
+        let o = self.delete_half_slot(slot, Half::Object)?;
+        Ok((o || s, s))
+    }
+
+    /// Inserts one half of an encoded tag (a half-only store); false if
+    /// that half was already stored.
+    pub fn insert_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
+        let p = self.places(slot)?[half.index()];
+        let th = tag_hash(self.index.seed(), used_prefix(slot));
+        if self
+            .index
+            .locate(&self.pager, p.bucket, p.fp(), th, slot)?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        if self.grow()? {
+            return self.insert_half_slot(slot, half);
+        }
+        let plan = self.plan(p.bucket)?;
+        let (object_slot, subject_slot, object_identity, subject_identity) = match half {
+            Half::Object => (
+                plan.addr,
+                SlotAddr::NONE,
+                (plan.id.owner, plan.id.ordinal),
+                (0, 0),
+            ),
+            Half::Subject => (
+                SlotAddr::NONE,
+                plan.addr,
+                (0, 0),
+                (plan.id.owner, plan.id.ordinal),
+            ),
+        };
+        self.pager.write_intent(&Intent {
+            op: IntentOp::Insert,
+            object_slot,
+            subject_slot,
+            object_identity,
+            subject_identity,
+            tag: *slot,
+        })?;
+        self.pager
+            .put_slot(plan.addr, plan.id, slot, p.fp(), fp_of_tag_hash(th))?;
+        self.pager.clear_intent()?;
+        self.commit_insert(p.bucket, &plan, p.fp(), th);
+        self.tag_count += 1;
+        Ok(true)
+    }
+
+    /// Deletes one half of an encoded tag (a half-only store); false if
+    /// that half was not stored.
+    pub fn delete_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
+        let p = self.places(slot)?[half.index()];
+        let th = tag_hash(self.index.seed(), used_prefix(slot));
+        let Some(f) = self.index.locate(&self.pager, p.bucket, p.fp(), th, slot)? else {
+            return Ok(false);
+        };
+        let (object_slot, subject_slot) = match half {
+            Half::Object => (f.addr, SlotAddr::NONE),
+            Half::Subject => (SlotAddr::NONE, f.addr),
+        };
+        self.pager.write_intent(&Intent {
+            op: IntentOp::Delete,
+            object_slot,
+            subject_slot,
+            object_identity: (0, 0),
+            subject_identity: (0, 0),
+            tag: *slot,
+        })?;
+        self.pager.clear_slot(f.addr)?;
+        self.pager.clear_intent()?;
+        self.commit_delete(p.bucket, &f, th);
+        self.tag_count = self.tag_count.saturating_sub(1);
         Ok(true)
     }
 

@@ -213,12 +213,13 @@ impl Layout {
         }
     }
 
-    /// The object half's global buckets: `(first, end, step)`.
-    pub fn object_half(&self) -> (u32, u32, u32) {
+    /// One half's global buckets: `(first, end, step)`.
+    pub fn half_buckets(&self, half: Half) -> (u32, u32, u32) {
+        let h = half.index() as u32;
         if self.version == 1 {
-            (0, self.base, 1)
+            (h * self.base, (h + 1) * self.base, 1)
         } else {
-            (0, self.primary_buckets(), 2)
+            (h, self.primary_buckets(), 2)
         }
     }
 

@@ -20,5 +20,5 @@ pub use geometry::{Geometry, NONE};
 pub use hash::{place, Place};
 pub use intent::{Intent, IntentOp, SlotAddr, INTENT_BLOCK, INTENT_LEN};
 pub use layout::{BlockAt, Layout};
-pub use superblock::{Superblock, FLAG_CLEAN, SUPERBLOCK_BLOCK};
+pub use superblock::{Superblock, FLAG_CLEAN, FLAG_HALF_ONLY, SUPERBLOCK_BLOCK};
 pub use tag::{Half, SlotBytes, Tag};

@@ -18,6 +18,9 @@ pub const PRIMARY_BASE: u64 = 2;
 
 /// Superblock flag: the tables at `table_offset` match the blocks.
 pub const FLAG_CLEAN: u32 = 1;
+/// Superblock flag (format 2): each tag may be stored in one half only
+/// (a node behind a proxy, which receives each half of a tag separately).
+pub const FLAG_HALF_ONLY: u32 = 2;
 
 /// Offset of the version-2 primary segment starts (32 × u64).
 const SEG_OFF: usize = 88;

@@ -15,7 +15,7 @@ pub use locate::Found;
 pub use tables::{filter_add, filter_has, SecondaryEntry, Tables};
 pub use walk::ChainWalk;
 
-use crate::format::{prefetch_val, Layout, NONE};
+use crate::format::{prefetch_val, Half, Layout, NONE};
 use crate::pager::Pager;
 
 /// The bucket tables and accelerators of one open store.
@@ -69,7 +69,12 @@ impl Index {
 
     /// Tags in one half (each tag is in both), from the tables.
     pub fn count_half(&self) -> u64 {
-        let (first, end, step) = self.geo.object_half();
+        self.count_in(Half::Object)
+    }
+
+    /// Tags stored in half `half`, from the tables.
+    pub fn count_in(&self, half: Half) -> u64 {
+        let (first, end, step) = self.geo.half_buckets(half);
         (first..end)
             .step_by(step as usize)
             .map(|g| self.tables.chain_load(g))

@@ -116,20 +116,21 @@ pub enum Change {
 
 /// Applies `SADD`/`SREM` of one member: true when the set changed.
 ///
-/// The one place a key becomes a store write. For now both halves of the
-/// tag are written whichever key names it; a node of a cluster that holds
-/// only the halves routed to it will write `key.half` alone here.
+/// The one place a key becomes a store write: in a half-only store (`serve
+/// --half-only`) the key's half alone, else both halves of the tag.
 pub fn apply(store: &Store, key: &Key, member: &str, change: Change) -> tagstore::Result<bool> {
     let t = tag(key, member);
-    match change {
-        Change::Add => store.insert(&t),
-        Change::Remove => store.delete(&t),
+    match (change, store.is_half_only()) {
+        (Change::Add, true) => store.insert_half(key.half, &t),
+        (Change::Remove, true) => store.delete_half(key.half, &t),
+        (Change::Add, false) => store.insert(&t),
+        (Change::Remove, false) => store.delete(&t),
     }
 }
 
-/// `SISMEMBER` of one member.
+/// `SISMEMBER` of one member (in the key's half).
 pub fn contains(store: &Store, key: &Key, member: &str) -> tagstore::Result<bool> {
-    store.contains(&tag(key, member))
+    store.contains_half(key.half, &tag(key, member))
 }
 
 /// Calls `f` with every member of the key's set; returns how many.

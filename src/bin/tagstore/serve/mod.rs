@@ -68,6 +68,12 @@ pub struct ServeArgs {
     /// from the tags on their next use.
     #[arg(long)]
     counts: bool,
+    /// Create the store half-only (when it does not exist): each write
+    /// stores only the half its key names, as a node behind a proxy that
+    /// routes a tag's `o:` and `s:` keys to different nodes needs. A store
+    /// made half-only is always served so.
+    #[arg(long)]
+    half_only: bool,
 }
 
 /// Most arguments in one request (the command name included).
@@ -86,7 +92,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
     let addr = listener
         .local_addr()
         .map_err(|e| Fail::Error(format!("listening socket: {e}")))?;
-    let store = open_or_create(&a.store)?;
+    let store = open_or_create(&a.store, a.half_only)?;
     store.set_counting(a.counts);
     if let Err(e) = store.set_durability(a.durability.into()) {
         let _ = store.close();
@@ -142,18 +148,34 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the store for writing, or creates it with default options.
-fn open_or_create(path: &std::path::Path) -> Result<Store, Fail> {
-    match open_rw(path) {
-        Err(Error::NotFound(_)) => match Store::create(path, &CreateOptions::default()) {
+/// Opens the store for writing, or creates it with default options
+/// (half-only with `half_only`, which an existing store must then be).
+fn open_or_create(path: &std::path::Path, half_only: bool) -> Result<Store, Fail> {
+    let create = || {
+        if half_only {
+            Store::create_half_only(path, &CreateOptions::default())
+        } else {
+            Store::create(path, &CreateOptions::default())
+        }
+    };
+    let store = match open_rw(path) {
+        Err(Error::NotFound(_)) => match create() {
             Ok(s) => {
                 eprintln!("tagstore serve: created {}", path.display());
-                Ok(s)
+                s
             }
             // Someone else created it meanwhile.
-            Err(Error::AlreadyExists(_)) => Ok(open_rw(path)?),
-            Err(e) => Err(e.into()),
+            Err(Error::AlreadyExists(_)) => open_rw(path)?,
+            Err(e) => return Err(e.into()),
         },
-        r => Ok(r?),
+        r => r?,
+    };
+    if half_only && !store.is_half_only() {
+        let _ = store.close();
+        return Err(Fail::Error(format!(
+            "{}: --half-only, but the store exists and keeps whole tags; serve it without --half-only, or give a new path",
+            path.display()
+        )));
     }
+    Ok(store)
 }

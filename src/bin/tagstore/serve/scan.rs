@@ -15,7 +15,7 @@
 
 use super::sscan::glob;
 use std::collections::BTreeSet;
-use tagstore::{Store, Tag};
+use tagstore::{Half, Store, Tag};
 use xxhash_rust::xxh3::xxh3_64;
 
 /// The two keys of a tag: its `o:` key and its `s:` key.
@@ -38,9 +38,29 @@ pub fn page(
     let mut found: BTreeSet<(u64, String)> = BTreeSet::new();
     // Some key at or past the cursor was left for a later page.
     let mut more = false;
-    for t in store.tags() {
+    // A half-only store lists each half's keys from that half; any other
+    // store, both keys of every tag.
+    let halves: &[Option<Half>] = if store.is_half_only() {
+        &[Some(Half::Object), Some(Half::Subject)]
+    } else {
+        &[None]
+    };
+    let tags = halves.iter().flat_map(|&h| {
+        let it = match h {
+            Some(h) => store.half_tags(h),
+            None => store.tags(),
+        };
+        it.map(move |t| (h, t))
+    });
+    for (h, t) in tags {
         let t = t?;
-        for k in keys_of(&t) {
+        let [o, s] = keys_of(&t);
+        let keys = match h {
+            Some(Half::Object) => vec![o],
+            Some(Half::Subject) => vec![s],
+            None => vec![o, s],
+        };
+        for k in keys {
             let h = xxh3_64(k.as_bytes());
             if h < cursor || pattern.is_some_and(|p| !glob(p, k.as_bytes())) {
                 continue;
