@@ -1,7 +1,8 @@
 //! `tagstore cluster cloud|repair|reshard` against real processes: `tagstore
 //! serve` nodes behind nutcracker on free loopback ports, tags written
 //! through the proxy as a client writes them (`SADD o:…` then `SADD s:…`),
-//! and a single store loaded with the same tags as the reference.
+//! and a single store loaded with the same tags as the reference. The nodes
+//! are half-only (`serve --half-only`), as README's cluster runs them.
 //!
 //! Needs `nutcracker` (Debian: `apt-get install nutcracker`). Without it the
 //! tests print a skip message and pass, unless `CI` is set: then they fail.
@@ -17,8 +18,8 @@ use tagstore::{tsv, Tag};
 mod common;
 
 use common::cluster::{
-    create_store, free_port, have_tools, keep_if_up, spawn_nutcracker, spawn_serve, Conn, Kids,
-    Reply, XorShift,
+    free_port, have_tools, keep_if_up, spawn_nutcracker, spawn_serve_with, Conn, Kids, Reply,
+    XorShift,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_tagstore");
@@ -61,8 +62,9 @@ impl Cluster {
             proxy: 0,
         };
         for i in 0..n {
+            // Created by the node itself, half-only: each node stores only
+            // the half of a tag its key names, as README's cluster runs.
             let store = dir.join(format!("node{i}.tags"));
-            create_store(&store, 20_000);
             c.nodes.push(Node {
                 store,
                 port: 0,
@@ -77,7 +79,7 @@ impl Cluster {
     fn start_node(&mut self, i: usize, port: Option<u16>) {
         for _ in 0..50 {
             let p = port.unwrap_or_else(free_port);
-            let child = spawn_serve(&self.nodes[i].store, p);
+            let child = spawn_serve_with(&self.nodes[i].store, p, &["--half-only"]);
             if keep_if_up(&mut self.kids, p, child) {
                 self.nodes[i].port = p;
                 self.nodes[i].kid = self.kids.0.len() - 1;

@@ -207,10 +207,16 @@ pub fn create_store(store: &Path, expected_tags: u64) {
 
 /// Spawns `tagstore serve STORE --listen 127.0.0.1:PORT`, output discarded.
 pub fn spawn_serve(store: &Path, port: u16) -> Child {
+    spawn_serve_with(store, port, &[])
+}
+
+/// Spawns `tagstore serve STORE --listen 127.0.0.1:PORT EXTRA…`, output discarded.
+pub fn spawn_serve_with(store: &Path, port: u16, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tagstore"))
         .arg("serve")
         .arg(store)
         .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
