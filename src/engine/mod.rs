@@ -23,7 +23,7 @@ pub(crate) use state::State;
 use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
 use crate::format::{
-    Geometry, Half, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, FLAG_HALF_ONLY, INTENT_BLOCK,
+    Geometry, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, FLAG_HALF_ONLY, INTENT_BLOCK,
     SUPERBLOCK_BLOCK,
 };
 use crate::index::{Index, Tables};
@@ -298,11 +298,7 @@ impl Store {
         };
         let index = Index::new(tables, geo, sb.seed);
         let tag_count = if recovered {
-            if sb.flags & FLAG_HALF_ONLY != 0 {
-                index.count_in(Half::Object) + index.count_in(Half::Subject)
-            } else {
-                index.count_half()
-            }
+            index.count_stored(sb.flags & FLAG_HALF_ONLY != 0)
         } else {
             sb.tag_count
         };
@@ -322,11 +318,7 @@ impl Store {
             if let Some((old, level)) = split {
                 state.redo_split(old, level)?;
                 // A tag caught in both chains was counted twice.
-                state.tag_count = if state.half_only() {
-                    state.index.count_in(Half::Object) + state.index.count_in(Half::Subject)
-                } else {
-                    state.index.count_half()
-                };
+                state.tag_count = state.index.count_stored(state.half_only());
             }
         }
         let mut store = Self::from_state(state, path)?;

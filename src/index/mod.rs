@@ -72,6 +72,16 @@ impl Index {
         self.count_in(Half::Object)
     }
 
+    /// What a store's tag count counts, from the tables: tags (each is in
+    /// both halves), or halves in a half-only store.
+    pub fn count_stored(&self, half_only: bool) -> u64 {
+        if half_only {
+            self.count_in(Half::Object) + self.count_in(Half::Subject)
+        } else {
+            self.count_half()
+        }
+    }
+
     /// Tags stored in half `half`, from the tables.
     pub fn count_in(&self, half: Half) -> u64 {
         let (first, end, step) = self.geo.half_buckets(half);

@@ -71,11 +71,7 @@ impl State {
         self.pager.set_len(nl.file_len(0))?;
         let seed = self.index.seed();
         self.index = Index::new(Tables::new(&nl, 0), nl, seed);
-        self.pager.set_layout(nl);
-        let mut sb = self.sb.clone();
-        sb.layout = nl;
-        self.pager.log_superblock(&sb)?;
-        self.sb = sb;
+        self.set_layout(nl)?;
         Ok(true)
     }
 
@@ -103,13 +99,8 @@ impl State {
     /// Splits the bucket at the split pointer in both halves.
     fn split_next(&mut self) -> Result<()> {
         let mut l = self.index.geometry();
-        if l.split_needs_segment() {
-            // The new segment goes at the end of the file, and the
-            // superblock names it before any of its blocks is written.
-            let sec = self.index.tables.secondary.len() as u32;
-            let start = l.file_len(sec) / BLOCK_SIZE as u64;
-            l.add_segment(start);
-            self.pager.set_len(l.file_len(sec))?;
+        if self.add_segment_if_needed(&mut l)? {
+            // The superblock names the segment before any of its blocks is written.
             self.set_layout(l)?;
         }
         let (old, new) = l.next_split();
@@ -145,6 +136,18 @@ impl State {
         r
     }
 
+    /// Adds to `l`, at the end of the file, the primary segment the next
+    /// split needs, if it does not exist yet; true if it added one.
+    fn add_segment_if_needed(&mut self, l: &mut Layout) -> Result<bool> {
+        if !l.split_needs_segment() {
+            return Ok(false);
+        }
+        let sec = self.index.tables.secondary.len() as u32;
+        l.add_segment(l.file_len(sec) / BLOCK_SIZE as u64);
+        self.pager.set_len(l.file_len(sec))?;
+        Ok(true)
+    }
+
     /// Records layout `l` in the superblock (logged with the changes in
     /// flight) and in the pager and index.
     pub(super) fn set_layout(&mut self, l: Layout) -> Result<()> {
@@ -163,11 +166,7 @@ impl State {
     pub fn redo_split(&mut self, old: u32, level: u32) -> Result<()> {
         let mut l = self.index.geometry();
         if l.level == level && l.split == old {
-            if l.split_needs_segment() {
-                let sec = self.index.tables.secondary.len() as u32;
-                l.add_segment(l.file_len(sec) / BLOCK_SIZE as u64);
-                self.pager.set_len(l.file_len(sec))?;
-            }
+            self.add_segment_if_needed(&mut l)?;
             l.advance_split();
             self.set_layout(l)?;
         }
