@@ -128,12 +128,6 @@ impl AppendLog {
         let _ = sync_dir(&self.path);
         Ok(())
     }
-
-    /// Removes the log file.
-    pub fn remove(self) -> Result<()> {
-        std::fs::remove_file(&self.path)
-            .map_err(|e| Error::io(format!("removing {}", self.path.display()), e))
-    }
 }
 
 /// The store file `path` names: a symlink is followed to its target, so the

@@ -137,7 +137,8 @@ fn recover(
 fn commit_bounds(j: &[u8]) -> Vec<usize> {
     let mut at = 0;
     let mut out = vec![0];
-    while j.len() >= at + 32 {
+    // The file is written ahead with zeros: commits end where a header does not start.
+    while j.len() >= at + 32 && &j[at..at + 4] == b"TJNL" {
         let n = u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) as usize;
         let size = 32 + n * (8 + PAGE) + 8;
         if j.len() < at + size {

@@ -72,7 +72,6 @@ mod common;
 use common::crash::{mode_tests, panic_message, Rng};
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tagstore::testing::SyncPoint;
@@ -427,31 +426,47 @@ fn mix_store(rng: &mut Rng, synced: &[u8], live: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Start offsets of the complete commits at the front of a journal.
+/// Start offsets of the commits of the round at the front of a journal:
+/// the file is written ahead with zeros and reused after a checkpoint, so
+/// they end where a header does not start or names another round (salt at
+/// bytes 28..32) or a sequence number out of turn.
 fn commit_starts(j: &[u8]) -> Vec<usize> {
     let mut at = 0;
     let mut out = Vec::new();
-    while j.len() >= at + J_HEADER {
+    let mut round: Option<(u32, u64)> = None;
+    while j.len() >= at + J_HEADER && &j[at..at + 4] == b"TJNL" {
         let n = u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) as usize;
+        let seq = u64::from_le_bytes(j[at + 16..at + 24].try_into().expect("8 bytes"));
+        let salt = u32::from_le_bytes(j[at + 28..at + 32].try_into().expect("4 bytes"));
         let size = J_HEADER + n * J_ENTRY + 8;
-        if j.len() < at + size {
+        if j.len() < at + size || round.is_some_and(|r| r != (salt, seq)) {
             break;
         }
         out.push(at);
+        round = Some((salt, seq + 1));
         at += size;
     }
     out
 }
 
-/// A well-formed commit (valid CRC) that replaces `block` with zeros.
-fn zeroing_commit(seed: u64, seq: u64, block: u64) -> Vec<u8> {
+/// The bytes of the round's commits at the front of a journal file.
+fn journal_commits(j: &[u8]) -> &[u8] {
+    let end = commit_starts(j).last().map_or(0, |&at| {
+        let n = u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) as usize;
+        at + J_HEADER + n * J_ENTRY + 8
+    });
+    &j[..end]
+}
+
+/// A well-formed commit (valid CRC) of round `salt` that replaces `block` with zeros.
+fn zeroing_commit(seed: u64, seq: u64, salt: u32, block: u64) -> Vec<u8> {
     let mut c = Vec::new();
     c.extend_from_slice(b"TJNL");
-    c.extend_from_slice(&1u32.to_le_bytes());
+    c.extend_from_slice(&2u32.to_le_bytes());
     c.extend_from_slice(&seed.to_le_bytes());
     c.extend_from_slice(&seq.to_le_bytes());
     c.extend_from_slice(&1u32.to_le_bytes());
-    c.extend_from_slice(&0u32.to_le_bytes());
+    c.extend_from_slice(&salt.to_le_bytes());
     c.extend_from_slice(&block.to_le_bytes());
     c.extend_from_slice(&[0u8; PAGE]);
     let crc = crc32fast::hash(&c);
@@ -468,6 +483,9 @@ fn journal_tail(rng: &mut Rng, journal: &[u8], store_seed: u64) -> Vec<u8> {
         let seq = u64::from_le_bytes(journal[at + 16..at + 24].try_into().expect("8 bytes"));
         let block = u64::from_le_bytes(journal[at + 32..at + 40].try_into().expect("8 bytes"));
         (at, J_HEADER + n as usize * J_ENTRY + 8, seq, block)
+    });
+    let salt = starts.first().map_or(1, |&at| {
+        u32::from_le_bytes(journal[at + 28..at + 32].try_into().expect("4 bytes"))
     });
     match rng.below(10) {
         0..=3 => Vec::new(),
@@ -493,11 +511,16 @@ fn journal_tail(rng: &mut Rng, journal: &[u8], store_seed: u64) -> Vec<u8> {
         7 => {
             // Well formed, but another store's (a different seed).
             let (seq, block) = last.map_or((0, 2), |l| (l.2 + 1, l.3));
-            zeroing_commit(store_seed ^ 0x5555_0000_AAAA, seq, block)
+            zeroing_commit(store_seed ^ 0x5555_0000_AAAA, seq, salt, block)
         }
         8 => match last {
             // Well formed, this store's, but not the next in sequence.
-            Some((_, _, seq, block)) => zeroing_commit(store_seed, seq + 2, block),
+            Some((_, _, seq, block)) if rng.chance(500) => {
+                zeroing_commit(store_seed, seq + 2, salt, block)
+            }
+            // Next in sequence, but an older round's (a reused journal
+            // file's stale tail): another salt.
+            Some((_, _, seq, block)) => zeroing_commit(store_seed, seq + 1, salt ^ 0x0101, block),
             None => rng.bytes(100),
         },
         _ => match last {
@@ -568,17 +591,12 @@ impl Shared {
         if self.checkpointed {
             self.journal.clear();
         }
-        let jp = journal_path(&self.path);
-        let Ok(mut f) = fs::File::open(&jp) else {
+        // The journal file is written ahead and reused after a checkpoint:
+        // what is durable is the round's commits at its front.
+        let Ok(all) = fs::read(journal_path(&self.path)) else {
             return;
         };
-        let len = f.metadata().map(|m| m.len() as usize).unwrap_or(0);
-        if len < self.journal.len() {
-            self.journal.clear();
-        }
-        f.seek(SeekFrom::Start(self.journal.len() as u64))
-            .expect("seek journal");
-        f.read_to_end(&mut self.journal).expect("read journal");
+        self.journal = journal_commits(&all).to_vec();
     }
 
     fn power_cut(&mut self, label: &str, live: &[u8], journal: Vec<u8>, exact: BTreeSet<Tag>) {

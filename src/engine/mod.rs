@@ -28,8 +28,8 @@ use crate::format::{
 };
 use crate::index::{Index, Tables};
 use crate::pager::{
-    is_no_space, journal_images, journal_pending, journal_superblock, replay_journal, MappedFile,
-    Pager,
+    is_no_space, journal_images, journal_pending, journal_superblock, replay_journal, Group,
+    MappedFile, Pager,
 };
 use crate::side::{remove_if_present, resolve, temporaries};
 use std::collections::HashMap;
@@ -48,6 +48,8 @@ pub struct Store {
     writer_id: u64,
     /// FINDs and exports in progress (shared with the state's split check).
     readers: Arc<AtomicUsize>,
+    /// The journal's group commit (shared with the pager).
+    group: Arc<Group>,
     seed: u64,
     path: PathBuf,
     /// Stale temporaries this handle's open removed (reported by `check`).
@@ -65,11 +67,13 @@ impl Store {
     fn from_state(state: State, path: &Path) -> Result<Store> {
         let seed = state.index.seed();
         let readers = state.readers.clone();
+        let group = state.pager.group();
         Ok(Store {
             state: RwLock::new(state),
             counts: Mutex::new(None),
             writer_id: random_u64()?,
             readers,
+            group,
             seed,
             path: path.to_path_buf(),
             removed: Vec::new(),

@@ -55,9 +55,12 @@ impl Store {
         if let Some(d) = delta {
             st.feed.change(tag, d);
         }
-        st.after_call(durability)?;
+        let stage = st.after_call_staged(durability)?;
         let merge = st.feed.wants_merge();
         drop(st);
+        if let Some(n) = stage {
+            self.wait_durable(n)?;
+        }
         if merge {
             self.merge_own_counts()?;
         }
@@ -249,6 +252,29 @@ impl Store {
         if st.pager.poisoned() {
             return Err(Error::Poisoned);
         }
-        st.pager.commit()
+        if st.pager.durability() == Durability::None {
+            return st.pager.commit();
+        }
+        let stage = st.pager.stage()?;
+        drop(st);
+        match stage {
+            Some(n) => self.wait_durable(n),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits, without the store's lock, until stage `n` is in the durable
+    /// journal (one fsync for every writer waiting); a failure poisons the handle.
+    fn wait_durable(&self, n: u64) -> Result<()> {
+        if let Err(e) = self.group.wait(n) {
+            self.lock().pager.poison();
+            return Err(e);
+        }
+        // Copy the durable images into the store file now if the lock is
+        // free (else the next writer does): a lone writer leaves the file current.
+        if let Ok(mut st) = self.state.try_write() {
+            st.pager.apply_durable()?;
+        }
+        Ok(())
     }
 }

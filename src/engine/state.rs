@@ -59,6 +59,21 @@ impl State {
         Ok(())
     }
 
+    /// Ends a single-tag call as [`State::after_call`] does, but in the
+    /// journaled modes only stages its blocks: the caller lets the lock go
+    /// and waits for the returned stage (group commit across threads).
+    pub fn after_call_staged(&mut self, call: Option<Durability>) -> Result<Option<u64>> {
+        let mode = self.pager.durability();
+        if mode != Durability::Immediate && call != Some(Durability::Immediate) {
+            return Ok(None);
+        }
+        if mode == Durability::None {
+            self.pager.commit()?;
+            return Ok(None);
+        }
+        self.pager.stage()
+    }
+
     /// Marks the store open for writing: drops the table image (it goes
     /// stale with the first write), so a crash from here on forces a rebuild.
     pub fn mark_open(&mut self) -> Result<()> {

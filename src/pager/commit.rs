@@ -1,8 +1,9 @@
 //! Durability: the modes, block copies for the journaled modes, commits and checkpoints.
 
-use super::journal::Journal;
+use super::group::Group;
 use super::Pager;
 use crate::error::{Error, Result};
+use std::sync::Arc;
 
 /// When changes become durable (survive a power cut).
 ///
@@ -62,13 +63,12 @@ impl Pager {
     /// Sets the callback run at each durability point (crash-simulation tests).
     #[cfg(feature = "test-hooks")]
     pub fn set_sync_hook(&mut self, hook: Option<SyncHook>) {
-        self.sync_hook = hook;
+        self.group.set_hook(hook);
     }
 
-    fn hook(&mut self, p: SyncPoint) {
-        if let Some(h) = self.sync_hook.as_mut() {
-            h(p);
-        }
+    /// The group commit this pager's writers share.
+    pub fn group(&self) -> Arc<Group> {
+        Arc::clone(&self.group)
     }
 
     /// Block `n` for writing: the private copy in journaled modes, else the map.
@@ -80,10 +80,70 @@ impl Pager {
             let copy: Box<[u8]> = self.file.block(n)?.into();
             self.overlay.insert(n, copy);
         }
+        self.dirty.insert(n);
         self.overlay
             .get_mut(&n)
             .map(|b| &mut b[..])
             .ok_or_else(|| Error::corrupt(format!("block {n} vanished from the write set")))
+    }
+
+    /// Queues every block changed since the last stage for the journal
+    /// (journaled modes); the number to wait for, `None` when nothing changed.
+    /// Durable batches are copied into the store file first.
+    pub fn stage(&mut self) -> Result<Option<u64>> {
+        if self.durability == Durability::None {
+            return Ok(None);
+        }
+        if self.poisoned || self.group.failed() {
+            // A failed write left half an operation in the private copies:
+            // never journal it. Reopening recovers the last durable state.
+            self.overlay.clear();
+            self.dirty.clear();
+            self.poisoned = true;
+            return Err(Error::Poisoned);
+        }
+        self.apply_durable()?;
+        if self.group.journal_len() > CHECKPOINT_BYTES {
+            self.checkpoint()?;
+        }
+        if self.dirty.is_empty() {
+            // Nothing new: wait for what is staged already (another
+            // thread's stage may hold this caller's changes).
+            return Ok(Some(self.group.last_staged()));
+        }
+        let mut blocks = Vec::with_capacity(self.dirty.len());
+        for n in self.dirty.drain() {
+            if let Some(img) = self.overlay.get(&n) {
+                blocks.push((n, img.clone()));
+            }
+        }
+        let names: Vec<u64> = blocks.iter().map(|(n, _)| *n).collect();
+        let stage = self.group.stage(blocks);
+        for n in names {
+            self.staged_in.insert(n, stage);
+        }
+        Ok(Some(stage))
+    }
+
+    /// Copies the durable batches into the store file, and drops the
+    /// private copies they made redundant (not changed since staged).
+    pub fn apply_durable(&mut self) -> Result<()> {
+        let done = self.group.take_done();
+        if done.is_empty() {
+            return Ok(());
+        }
+        for (top, blocks) in done {
+            for (n, img) in &blocks {
+                self.file.block_mut(*n)?.copy_from_slice(img);
+                self.mark_verified(*n);
+                if !self.dirty.contains(n) && self.staged_in.get(n).is_some_and(|s| *s <= top) {
+                    self.overlay.remove(n);
+                    self.staged_in.remove(n);
+                }
+            }
+        }
+        self.group.hook(SyncPoint::Applied);
+        Ok(())
     }
 
     /// Makes every change so far durable: journals the changed blocks, then
@@ -91,71 +151,44 @@ impl Pager {
     pub fn commit(&mut self) -> Result<()> {
         if self.durability == Durability::None {
             self.file.flush()?;
-            self.hook(SyncPoint::StoreSynced);
+            self.group.hook(SyncPoint::StoreSynced);
             return Ok(());
         }
-        if self.poisoned {
-            // A failed write left half an operation in the private copies:
-            // never journal it. Reopening recovers the last durable state.
-            self.overlay.clear();
-            return Err(Error::Poisoned);
-        }
-        if self.overlay.is_empty() {
-            return Ok(());
-        }
-        if self.journal.is_none() {
-            // Open already replayed any pending journal; what is left is stale
-            // (another store's, or one left before `create`): start empty.
-            let mut j = Journal::open(&self.store_path, self.seed)?;
-            if j.len() > 0 {
-                j.reset()?;
+        if let Some(stage) = self.stage()? {
+            if let Err(e) = self.group.wait(stage) {
+                // The in-memory tables already count these changes; only a
+                // reopen (which replays the durable journal) makes them agree.
+                self.poisoned = true;
+                return Err(e);
             }
-            self.journal = Some(j);
         }
-        let mut blocks: Vec<(u64, Box<[u8]>)> = self.overlay.drain().collect();
-        blocks.sort_unstable_by_key(|(n, _)| *n);
-        let appended = match self.journal.as_mut() {
-            Some(j) => j.append(blocks.iter().map(|(n, b)| (*n, &b[..]))),
-            None => Err(Error::corrupt("journal missing")),
-        };
-        if let Err(e) = appended {
-            // The in-memory tables already count these changes; only a reopen
-            // (which replays the durable journal) makes them agree again.
-            self.poisoned = true;
-            return Err(e);
-        }
-        self.hook(SyncPoint::JournalSynced);
-        for (n, img) in &blocks {
-            self.file.block_mut(*n)?.copy_from_slice(img);
-            self.mark_verified(*n);
-        }
-        self.hook(SyncPoint::Applied);
-        if self
-            .journal
-            .as_ref()
-            .is_some_and(|j| j.len() > CHECKPOINT_BYTES)
-        {
-            self.checkpoint()?;
-        }
-        Ok(())
+        self.apply_durable()
     }
 
     /// Flushes the store file and empties the journal.
     pub fn checkpoint(&mut self) -> Result<()> {
+        let group = Arc::clone(&self.group);
+        let mut s = group.lock_sync();
+        // Every durable batch into the file first: the journal forgets them.
+        self.apply_durable()?;
         self.file.flush()?;
-        self.hook(SyncPoint::StoreSynced);
-        if let Some(j) = self.journal.as_mut() {
+        group.hook(SyncPoint::StoreSynced);
+        if let Some(j) = s.journal.as_mut() {
             j.reset()?;
         }
+        group.note_len(&s);
         Ok(())
     }
 
     /// After a clean close: the store file holds everything, so the journal goes.
     pub fn drop_journal(&mut self) -> Result<()> {
-        if let Some(mut j) = self.journal.take() {
+        let group = Arc::clone(&self.group);
+        let mut s = group.lock_sync();
+        if let Some(mut j) = s.journal.take() {
             j.reset()?;
             j.remove()?;
         }
+        group.note_len(&s);
         Ok(())
     }
 }

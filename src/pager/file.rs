@@ -445,12 +445,16 @@ impl MappedFile {
 
     /// Flushes the map and the file to stable storage.
     pub fn flush(&self) -> Result<()> {
+        // On Linux a shared mapping's dirty pages are the file's page cache,
+        // which one fdatasync writes back and flushes: an msync first would
+        // walk the whole mapping and flush the device a second time.
+        #[cfg(not(target_os = "linux"))]
         if let Map::Rw(m) = &self.map {
             m.flush_range(0, self.len as usize)
                 .map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))?;
         }
         self.file
-            .sync_all()
+            .sync_data()
             .map_err(|e| Error::io(format!("syncing {}", self.path.display()), e))
     }
 

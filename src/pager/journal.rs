@@ -1,7 +1,7 @@
 //! Write-ahead journal of full block images, kept in `STORE.journal`.
 //!
 //! In the journaled durability modes a change is made to a private copy of
-//! each block it touches; a *commit* appends the final image of every touched
+//! each block it touches; a *commit* writes the final image of every touched
 //! block to the journal and fsyncs it, and only then copies the images into
 //! the mapped store file. So any block content that can reach the store file
 //! before a checkpoint is in the durable journal, and recovery — replaying
@@ -10,35 +10,59 @@
 //! cut fails its CRC and is dropped: its changes were never acknowledged and
 //! never reached the store file.
 //!
+//! The file is written ahead with zeros (256 KB, then doubling up to 8 MB a
+//! step) and reused after each checkpoint, so a commit overwrites allocated
+//! bytes and its `fdatasync` has no file size or block map to update. A
+//! checkpoint zeroes the first commit's header and starts a new *round* with
+//! a fresh random salt at offset 0; what lies past the round's last commit
+//! (zeros, or an older round's commits) fails the salt or sequence check.
+//!
 //! Commit layout (little-endian):
 //!
 //! | off | len | field |
 //! |-----|-----|-------|
 //! | 0 | 4 | magic `TJNL` |
-//! | 4 | 4 | journal format version (1) |
+//! | 4 | 4 | journal format version (2; version 1 had no salt) |
 //! | 8 | 8 | store hash seed (a journal of another store is ignored) |
-//! | 16 | 8 | commit sequence number, consecutive from the first commit |
+//! | 16 | 8 | commit sequence number, consecutive from the round's first commit |
 //! | 24 | 4 | block count `n` |
-//! | 28 | 4 | reserved, zero |
+//! | 28 | 4 | round salt (every commit of a round the same; zero in version 1) |
 //! | 32 | `n` × 4104 | `n` entries: block number u64, then its 4096-byte image |
 //! | 32 + 4104n | 4 | CRC32 of bytes 0 .. 32 + 4104n |
 //! | 36 + 4104n | 4 | magic `TEND` |
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::bytes::{rd32, rd64};
 use crate::format::BLOCK_SIZE;
-use crate::side::{side_path, AppendLog};
+use crate::side::side_path;
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"TJNL";
 const END: &[u8; 4] = b"TEND";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The version before round salts; its journals are still replayed.
+const VERSION_1: u32 = 1;
 const HEADER: usize = 32;
 const ENTRY: usize = 8 + BLOCK_SIZE;
+/// First and largest step of writing the file ahead.
+const AHEAD_MIN: u64 = 256 << 10;
+const AHEAD_MAX: u64 = 8 << 20;
 
 /// Path of the journal beside a store file.
 pub fn journal_path(store: &Path) -> PathBuf {
     side_path(store, "journal")
+}
+
+/// True when the journal at `path` starts with a commit header (it may
+/// hold commits to replay); false when absent, empty or reset.
+pub fn starts_with_commit(path: &Path) -> bool {
+    let mut head = [0u8; 4];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| &head == MAGIC)
 }
 
 /// One complete commit read back from the journal.
@@ -48,59 +72,111 @@ pub struct Commit {
 
 /// The open journal file.
 pub struct Journal {
-    log: AppendLog,
+    file: File,
+    path: PathBuf,
+    /// End of the round's last commit: where the next one goes.
+    pos: u64,
+    /// Bytes of the file written (commits or zeros ahead).
+    written: u64,
     next_seq: u64,
+    salt: u32,
     seed: u64,
+}
+
+/// A salt for a new round: random, never zero (version 1's value).
+fn new_salt(old: u32) -> u32 {
+    let mut b = [0u8; 4];
+    let drawn = getrandom::fill(&mut b).is_ok();
+    let mut s = u32::from_le_bytes(b);
+    if !drawn {
+        // No random source: the clock, mixed so it differs from the old salt.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() ^ d.as_secs() as u32);
+        s = nanos ^ std::process::id().rotate_left(16);
+    }
+    if s == old {
+        s = s.wrapping_add(0x9E37_79B9);
+    }
+    s.max(1)
 }
 
 impl Journal {
     /// Opens (creating if needed) the journal of the store at `store`.
     pub fn open(store: &Path, seed: u64) -> Result<Journal> {
-        let log = AppendLog::open(journal_path(store), true, true)?
-            .ok_or_else(|| crate::Error::corrupt("journal vanished while being created"))?;
-        Ok(Journal {
-            log,
-            next_seq: 0,
-            seed,
-        })
+        Self::open_file(store, seed, true)?
+            .ok_or_else(|| Error::corrupt("journal vanished while being created"))
     }
 
     /// Opens the journal of the store at `store` for reading only; `None` when absent.
     pub fn open_read_only(store: &Path, seed: u64) -> Result<Option<Journal>> {
-        Ok(
-            AppendLog::open(journal_path(store), false, false)?.map(|log| Journal {
-                log,
-                next_seq: 0,
-                seed,
-            }),
-        )
+        Self::open_file(store, seed, false)
     }
 
-    /// Bytes in the journal.
+    fn open_file(store: &Path, seed: u64, writable: bool) -> Result<Option<Journal>> {
+        let path = journal_path(store);
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(writable)
+            .create(writable)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !writable => return Ok(None),
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        let written = file
+            .metadata()
+            .map_err(|e| Error::io(format!("reading {}", path.display()), e))?
+            .len();
+        Ok(Some(Journal {
+            file,
+            path,
+            pos: 0,
+            written,
+            next_seq: 0,
+            salt: new_salt(0),
+            seed,
+        }))
+    }
+
+    /// Bytes of commits in the current round.
     pub fn len(&self) -> u64 {
-        self.log.len()
+        self.pos
+    }
+
+    fn read_all(&self) -> Result<Vec<u8>> {
+        let mut data = Vec::new();
+        let mut f = &self.file;
+        f.seek(SeekFrom::Start(0))
+            .and_then(|_| f.read_to_end(&mut data))
+            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
+        Ok(data)
     }
 
     /// The hash seed the journal's first commit names, if it has one.
     pub fn first_seed(&mut self) -> Result<Option<u64>> {
-        let data = self.log.read_all()?;
+        let data = self.read_all()?;
         Ok((data.len() >= HEADER && &data[0..4] == MAGIC).then(|| rd64(&data, 8)))
     }
 
-    /// Reads every complete, valid commit from the start; stops at the first
-    /// torn or foreign one.
+    /// Reads every complete, valid commit of the round from the start;
+    /// stops at the first torn, foreign or older-round one.
     pub fn read_commits(&mut self) -> Result<Vec<Commit>> {
-        let data = self.log.read_all()?;
+        let data = self.read_all()?;
         let mut out = Vec::new();
         let mut at = 0usize;
-        let mut expect: Option<u64> = None;
+        // (version, salt, next sequence number) of the round, from its first commit.
+        let mut round: Option<(u32, u32, u64)> = None;
         while data.len() >= at + HEADER {
             let h = &data[at..at + HEADER];
-            if &h[0..4] != MAGIC || rd32(h, 4) != VERSION || rd64(h, 8) != self.seed {
-                break;
-            }
-            let seq = rd64(h, 16);
-            if expect.is_some_and(|e| e != seq) {
+            let (version, salt, seq) = (rd32(h, 4), rd32(h, 28), rd64(h, 16));
+            if &h[0..4] != MAGIC
+                || !(version == VERSION || version == VERSION_1)
+                || rd64(h, 8) != self.seed
+                || round.is_some_and(|r| (r.0, r.1, r.2) != (version, salt, seq))
+            {
                 break;
             }
             let n = rd32(h, 24) as usize;
@@ -119,15 +195,18 @@ impl Journal {
                 })
                 .collect();
             out.push(Commit { blocks });
-            expect = Some(seq + 1);
+            round = Some((version, salt, seq + 1));
             at += body + 8;
         }
-        self.next_seq = expect.unwrap_or(0);
+        if let Some((VERSION, salt, next)) = round {
+            (self.salt, self.next_seq) = (salt, next);
+        }
+        self.pos = at as u64;
         Ok(out)
     }
 
-    /// Appends one commit and makes it durable; on failure the journal is cut
-    /// back to its previous length.
+    /// Appends one commit and makes it durable. On failure the position
+    /// stays: what was written there fails its CRC and is overwritten next.
     pub fn append<'a>(
         &mut self,
         blocks: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
@@ -139,7 +218,7 @@ impl Journal {
         buf.extend_from_slice(&self.seed.to_le_bytes());
         buf.extend_from_slice(&self.next_seq.to_le_bytes());
         buf.extend_from_slice(&(n as u32).to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&self.salt.to_le_bytes());
         for (b, img) in blocks {
             buf.extend_from_slice(&b.to_le_bytes());
             buf.extend_from_slice(img);
@@ -147,19 +226,53 @@ impl Journal {
         let crc = crc32fast::hash(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
         buf.extend_from_slice(END);
-        self.log.append(&buf)?;
+        let end = self.pos + buf.len() as u64;
+        self.write_ahead(end)
+            .and_then(|()| self.file.write_all_at(&buf, self.pos))
+            .and_then(|()| self.file.sync_data())
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))?;
+        self.pos = end;
         self.next_seq += 1;
         Ok(())
     }
 
-    /// Empties the journal once its blocks are durable in the store file.
-    pub fn reset(&mut self) -> Result<()> {
-        self.log.truncate(0)
+    /// Writes zeros past the file's end until it covers `end` and a step
+    /// more, so commits up to there change no file metadata.
+    fn write_ahead(&mut self, end: u64) -> std::io::Result<()> {
+        if end <= self.written {
+            return Ok(());
+        }
+        let step = self.written.clamp(AHEAD_MIN, AHEAD_MAX);
+        let target = (end + step).div_ceil(BLOCK_SIZE as u64) * BLOCK_SIZE as u64;
+        let zeros = vec![0u8; (target - self.written).min(1 << 20) as usize];
+        while self.written < target {
+            let k = (target - self.written).min(zeros.len() as u64) as usize;
+            self.file.write_all_at(&zeros[..k], self.written)?;
+            self.written += k as u64;
+        }
+        Ok(())
     }
 
-    /// Removes the (empty) journal file.
+    /// Starts a new round once the journal's blocks are durable in the store
+    /// file: the first header is zeroed (durably), so nothing replays.
+    pub fn reset(&mut self) -> Result<()> {
+        let head = (self.written as usize).min(HEADER);
+        if head > 0 {
+            self.file
+                .write_all_at(&[0u8; HEADER][..head], 0)
+                .and_then(|()| self.file.sync_data())
+                .map_err(|e| Error::io(format!("resetting {}", self.path.display()), e))?;
+        }
+        self.pos = 0;
+        self.next_seq = 0;
+        self.salt = new_salt(self.salt);
+        Ok(())
+    }
+
+    /// Removes the journal file.
     pub fn remove(self) -> Result<()> {
-        self.log.remove()
+        std::fs::remove_file(&self.path)
+            .map_err(|e| Error::io(format!("removing {}", self.path.display()), e))
     }
 }
 

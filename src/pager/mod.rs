@@ -8,6 +8,7 @@
 
 mod commit;
 mod file;
+mod group;
 mod journal;
 mod replay;
 mod reserve;
@@ -17,23 +18,22 @@ mod write;
 pub use commit::SyncPoint;
 pub use commit::{Durability, SyncHook};
 pub use file::{is_no_space, MappedFile, SeqReader};
+pub use group::Group;
 pub use journal::journal_path;
 pub use replay::{journal_images, journal_pending, journal_superblock, replay_journal};
 pub use write::Identity;
 
 use crate::error::{Error, Result};
 use crate::format::{prefetch, BlockRef, Layout, BLOCK_SIZE};
-use journal::Journal;
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Reads and writes the blocks of one open store file.
 pub struct Pager {
     file: MappedFile,
     geo: Layout,
-    seed: u64,
-    store_path: PathBuf,
     /// One bit per block: its checksum was verified since open.
     verified: Vec<AtomicU64>,
     /// One bit per block: disk space is known to back it (reserved this session).
@@ -41,15 +41,20 @@ pub struct Pager {
     /// Blocks of newly linked secondary buckets not yet written (never
     /// written before either, so a write of zeros may back them).
     fresh: HashSet<u64>,
-    /// Private copies of blocks changed since the last commit (journaled modes).
+    /// Private copies of blocks changed and not yet in the store file
+    /// (journaled modes): reads and writes see them first.
     overlay: HashMap<u64, Box<[u8]>>,
-    journal: Option<Journal>,
+    /// Overlay blocks changed since they were last staged.
+    dirty: HashSet<u64>,
+    /// The stage that last queued each overlay block.
+    staged_in: HashMap<u64, u64>,
+    /// The journal and its group commit, shared with writer threads.
+    group: Arc<Group>,
     durability: Durability,
     /// A write failed halfway: every later write is refused until reopen.
     poisoned: bool,
     /// Writes left before a simulated crash (tests).
     fail_after: Option<u64>,
-    sync_hook: Option<SyncHook>,
     /// Read-only recovery: blocks past the file's end up to here exist in
     /// memory only (the overlay's, or zeros). 0 when the file is all.
     virtual_blocks: u64,
@@ -68,16 +73,15 @@ impl Pager {
                 .collect(),
             file,
             geo,
-            seed,
-            store_path: store_path.to_path_buf(),
             reserved: Vec::new(),
             fresh: HashSet::new(),
             overlay: HashMap::new(),
-            journal: None,
+            dirty: HashSet::new(),
+            staged_in: HashMap::new(),
+            group: Arc::new(Group::new(store_path.to_path_buf(), seed)),
             durability: Durability::None,
             poisoned: false,
             fail_after: None,
-            sync_hook: None,
             virtual_blocks: 0,
         }
     }

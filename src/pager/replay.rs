@@ -2,7 +2,7 @@
 //! file, or (a read-only open) kept in memory over it.
 
 use super::file::MappedFile;
-use super::journal::{journal_path, Commit, Journal};
+use super::journal::{journal_path, starts_with_commit, Commit, Journal};
 use crate::error::{Error, Result};
 use crate::format::superblock::PRIMARY_BASE;
 use crate::format::{BlockRef, Layout, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
@@ -12,9 +12,9 @@ use std::path::Path;
 /// Block images by block number, kept in memory.
 pub type Images = HashMap<u64, Box<[u8]>>;
 
-/// True when a non-empty journal lies beside the store at `path`.
+/// True when a journal with commits to replay may lie beside the store at `path`.
 pub fn journal_pending(path: &Path) -> bool {
-    std::fs::metadata(journal_path(path)).is_ok_and(|m| m.len() > 0)
+    starts_with_commit(&journal_path(path))
 }
 
 /// Checks a journaled image of block `n`: a superblock for block 0, a

@@ -1,0 +1,188 @@
+//! Group commit: the journal writes and fsyncs shared by every writer thread.
+//!
+//! A writer *stages* its changed blocks while it holds the store's lock
+//! (cheap: copies into a queue), lets the lock go, and *waits* for its stage
+//! number to be durable. The first waiter takes the whole queue, writes it
+//! as one journal commit and fsyncs once; writers that staged meanwhile find
+//! their number covered and return. The written batch is then handed back
+//! to be copied into the mapped store file by the next thread that holds
+//! the store's lock.
+//!
+//! Lock order: the store's lock, then `sync`, then `queue`, `done` or the
+//! test hook. A
+//! thread holding `sync` never waits for the store's lock.
+
+use super::commit::SyncPoint;
+use super::journal::{journal_path, starts_with_commit, Journal};
+use super::SyncHook;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// Block images by block number.
+pub(super) type Blocks = Vec<(u64, Box<[u8]>)>;
+
+/// Stage numbers and block images staged, not yet written to the journal.
+#[derive(Default)]
+struct Queue {
+    last: u64,
+    staged: Vec<(u64, Blocks)>,
+}
+
+/// The journal and what it has made durable.
+pub(super) struct Syncer {
+    pub(super) journal: Option<Journal>,
+    /// Every stage number up to here is durable.
+    durable: u64,
+}
+
+/// The group-commit state shared by a store's writer threads.
+pub struct Group {
+    store_path: PathBuf,
+    seed: u64,
+    queue: Mutex<Queue>,
+    sync: Mutex<Syncer>,
+    /// Durable batches (highest stage number, merged images) not yet in the store file.
+    done: Mutex<Vec<(u64, Blocks)>>,
+    /// A journal write failed: nothing more is committed until reopen.
+    /// (Atomics, so that stagers never wait on a commit in flight.)
+    failed: AtomicBool,
+    /// Bytes of commits in the journal's current round.
+    journal_len: AtomicU64,
+    /// The test hook (locked last).
+    hook: Mutex<Option<SyncHook>>,
+}
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Group {
+    /// The group commit of the store at `store_path` with hash `seed`.
+    pub fn new(store_path: PathBuf, seed: u64) -> Group {
+        Group {
+            store_path,
+            seed,
+            queue: Mutex::new(Queue::default()),
+            sync: Mutex::new(Syncer {
+                journal: None,
+                durable: 0,
+            }),
+            failed: AtomicBool::new(false),
+            journal_len: AtomicU64::new(0),
+            done: Mutex::new(Vec::new()),
+            hook: Mutex::new(None),
+        }
+    }
+
+    /// Queues `blocks` for the journal; returns their stage number.
+    pub(super) fn stage(&self, blocks: Blocks) -> u64 {
+        let mut q = guard(&self.queue);
+        q.last += 1;
+        let n = q.last;
+        q.staged.push((n, blocks));
+        n
+    }
+
+    /// The last stage number handed out.
+    pub(super) fn last_staged(&self) -> u64 {
+        guard(&self.queue).last
+    }
+
+    /// Returns once stage `n` is durable, writing the queue as one commit
+    /// if no other thread has. Called without the store's lock held, or with it.
+    pub fn wait(&self, n: u64) -> Result<()> {
+        let mut s = guard(&self.sync);
+        if s.durable >= n {
+            return Ok(());
+        }
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(Error::Poisoned);
+        }
+        let batch = std::mem::take(&mut guard(&self.queue).staged);
+        let Some(top) = batch.last().map(|b| b.0) else {
+            return Err(Error::corrupt(format!("stage {n} was never queued")));
+        };
+        // Later images of a block replace earlier ones: one image each.
+        let mut at: HashMap<u64, usize> = HashMap::new();
+        let mut merged: Blocks = Vec::new();
+        for (_, blocks) in batch {
+            for (b, img) in blocks {
+                match at.get(&b) {
+                    Some(&i) => merged[i].1 = img,
+                    None => {
+                        at.insert(b, merged.len());
+                        merged.push((b, img));
+                    }
+                }
+            }
+        }
+        merged.sort_unstable_by_key(|(b, _)| *b);
+        if let Err(e) = self.append(&mut s, &merged) {
+            self.failed.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        self.note_len(&s);
+        s.durable = top;
+        guard(&self.done).push((top, merged));
+        self.hook(SyncPoint::JournalSynced);
+        Ok(())
+    }
+
+    fn append(&self, s: &mut Syncer, blocks: &Blocks) -> Result<()> {
+        if s.journal.is_none() {
+            // Open already replayed any pending journal; what is left is
+            // stale (another store's, or one left before `create`): start over.
+            let mut j = Journal::open(&self.store_path, self.seed)?;
+            if starts_with_commit(&journal_path(&self.store_path)) {
+                j.reset()?;
+            }
+            s.journal = Some(j);
+        }
+        match s.journal.as_mut() {
+            Some(j) => j.append(blocks.iter().map(|(n, b)| (*n, &b[..]))),
+            None => Err(Error::corrupt("journal missing")),
+        }
+    }
+
+    /// Takes the durable batches not yet copied into the store file, oldest first.
+    pub(super) fn take_done(&self) -> Vec<(u64, Blocks)> {
+        std::mem::take(&mut *guard(&self.done))
+    }
+
+    /// The journal, held: no commit is in flight until the guard goes.
+    pub(super) fn lock_sync(&self) -> MutexGuard<'_, Syncer> {
+        guard(&self.sync)
+    }
+
+    /// Bytes of commits in the journal's current round.
+    pub(super) fn journal_len(&self) -> u64 {
+        self.journal_len.load(Ordering::Relaxed)
+    }
+
+    /// Records the journal's length after a write or reset through `s`.
+    pub(super) fn note_len(&self, s: &Syncer) {
+        let len = s.journal.as_ref().map_or(0, |j| j.len());
+        self.journal_len.store(len, Ordering::Relaxed);
+    }
+
+    /// Reports a durability point to the test hook.
+    pub(super) fn hook(&self, p: SyncPoint) {
+        if let Some(h) = guard(&self.hook).as_mut() {
+            h(p);
+        }
+    }
+
+    /// Sets the callback run at each durability point (crash-simulation tests).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn set_hook(&self, hook: Option<SyncHook>) {
+        *guard(&self.hook) = hook;
+    }
+
+    /// True once a journal write failed.
+    pub(super) fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
