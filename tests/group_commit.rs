@@ -217,8 +217,9 @@ fn reused_journal_never_replays_an_older_round() {
     let want: BTreeSet<Tag> = first[20..].iter().cloned().collect();
     let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
     assert_eq!(got, want, "deleted tags came back from an older round");
+    let headers = journal.windows(4).filter(|w| w == b"TJNL").count();
     assert!(
-        journal.len() > 40 * 8192,
-        "the older round was still in the file"
+        headers > 30,
+        "the older round's commits were still in the file ({headers} headers)"
     );
 }

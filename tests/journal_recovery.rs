@@ -138,9 +138,10 @@ fn commit_bounds(j: &[u8]) -> Vec<usize> {
     let mut at = 0;
     let mut out = vec![0];
     // The file is written ahead with zeros: commits end where a header does not start.
-    while j.len() >= at + 32 && &j[at..at + 4] == b"TJNL" {
-        let n = u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) as usize;
-        let size = 32 + n * (8 + PAGE) + 8;
+    // Version 2 framing: a 40-byte header whose bytes 32..36 hold the body length.
+    while j.len() >= at + 40 && &j[at..at + 4] == b"TJNL" {
+        let body = u32::from_le_bytes(j[at + 32..at + 36].try_into().expect("4 bytes")) as usize;
+        let size = 40 + body + 8;
         if j.len() < at + size {
             break;
         }

@@ -79,9 +79,15 @@ use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
-/// Journal commit framing (see src/journal.rs).
-const J_HEADER: usize = 32;
-const J_ENTRY: usize = 8 + PAGE;
+/// Journal commit framing, version 2 (see src/pager/journal.rs): a 40-byte
+/// header whose bytes 32..36 hold the body length, the body, CRC and `TEND`.
+const J_HEADER: usize = 40;
+
+/// Bytes of the commit starting at `at` (from its header).
+fn commit_size(j: &[u8], at: usize) -> usize {
+    let body = u32::from_le_bytes(j[at + 32..at + 36].try_into().expect("4 bytes")) as usize;
+    J_HEADER + body + 8
+}
 
 // ---------------------------------------------------------------- helpers
 
@@ -435,10 +441,9 @@ fn commit_starts(j: &[u8]) -> Vec<usize> {
     let mut out = Vec::new();
     let mut round: Option<(u32, u64)> = None;
     while j.len() >= at + J_HEADER && &j[at..at + 4] == b"TJNL" {
-        let n = u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) as usize;
         let seq = u64::from_le_bytes(j[at + 16..at + 24].try_into().expect("8 bytes"));
         let salt = u32::from_le_bytes(j[at + 28..at + 32].try_into().expect("4 bytes"));
-        let size = J_HEADER + n * J_ENTRY + 8;
+        let size = commit_size(j, at);
         if j.len() < at + size || round.is_some_and(|r| r != (salt, seq)) {
             break;
         }
@@ -451,10 +456,9 @@ fn commit_starts(j: &[u8]) -> Vec<usize> {
 
 /// The bytes of the round's commits at the front of a journal file.
 fn journal_commits(j: &[u8]) -> &[u8] {
-    let end = commit_starts(j).last().map_or(0, |&at| {
-        let n = u32::from_le_bytes(j[at + 24..at + 28].try_into().expect("4 bytes")) as usize;
-        at + J_HEADER + n * J_ENTRY + 8
-    });
+    let end = commit_starts(j)
+        .last()
+        .map_or(0, |&at| at + commit_size(j, at));
     &j[..end]
 }
 
@@ -467,8 +471,13 @@ fn zeroing_commit(seed: u64, seq: u64, salt: u32, block: u64) -> Vec<u8> {
     c.extend_from_slice(&seq.to_le_bytes());
     c.extend_from_slice(&1u32.to_le_bytes());
     c.extend_from_slice(&salt.to_le_bytes());
+    // Body: one entry, the block's 4096 zeros as one zero run (4 bytes).
+    c.extend_from_slice(&16u32.to_le_bytes());
+    c.extend_from_slice(&0u32.to_le_bytes());
     c.extend_from_slice(&block.to_le_bytes());
-    c.extend_from_slice(&[0u8; PAGE]);
+    c.extend_from_slice(&4u32.to_le_bytes());
+    c.extend_from_slice(&(PAGE as u16).to_le_bytes());
+    c.extend_from_slice(&0u16.to_le_bytes());
     let crc = crc32fast::hash(&c);
     c.extend_from_slice(&crc.to_le_bytes());
     c.extend_from_slice(b"TEND");
@@ -479,10 +488,9 @@ fn zeroing_commit(seed: u64, seq: u64, salt: u32, block: u64) -> Vec<u8> {
 fn journal_tail(rng: &mut Rng, journal: &[u8], store_seed: u64) -> Vec<u8> {
     let starts = commit_starts(journal);
     let last = starts.last().map(|&at| {
-        let n = u32::from_le_bytes(journal[at + 24..at + 28].try_into().expect("4 bytes"));
         let seq = u64::from_le_bytes(journal[at + 16..at + 24].try_into().expect("8 bytes"));
-        let block = u64::from_le_bytes(journal[at + 32..at + 40].try_into().expect("8 bytes"));
-        (at, J_HEADER + n as usize * J_ENTRY + 8, seq, block)
+        let block = u64::from_le_bytes(journal[at + 40..at + 48].try_into().expect("8 bytes"));
+        (at, commit_size(journal, at), seq, block)
     });
     let salt = starts.first().map_or(1, |&at| {
         u32::from_le_bytes(journal[at + 28..at + 32].try_into().expect("4 bytes"))
@@ -1279,8 +1287,9 @@ fn crash_around_a_checkpoint() {
     if env_u64("TAGSTORE_CRASH_SEED").is_some() {
         return;
     }
-    const CHECKPOINT: usize = 64 << 20;
-    // Many one-block buckets, so one commit carries about 2 MB.
+    // The store's checkpoint threshold, lowered from 64 MB by the test hook.
+    const CHECKPOINT: usize = 6 << 20;
+    // Many one-block buckets, so one commit carries hundreds of KB.
     let opts = CreateOptions {
         expected_tags: 10_000,
         primary_buckets_per_half: Some(256),
@@ -1294,6 +1303,7 @@ fn crash_around_a_checkpoint() {
             s.capture_min_journal = CHECKPOINT - (3 << 20);
             s.follow_checkpoint = 4;
         });
+    store.set_checkpoint_bytes(CHECKPOINT as u64);
     let setup_syncs = case.shared().store_syncs;
     let mut round = 0;
     let mut after = 0;

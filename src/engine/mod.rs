@@ -435,6 +435,13 @@ impl Store {
     pub fn set_sync_hook(&self, hook: Option<crate::pager::SyncHook>) {
         self.lock().pager.set_sync_hook(hook);
     }
+
+    /// Sets the journal size past which a commit checkpoints (64 MB by
+    /// default), so crash tests reach a checkpoint quickly.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_checkpoint_bytes(&self, bytes: u64) {
+        self.lock().pager.set_checkpoint_bytes(bytes);
+    }
 }
 
 /// A FIND or export in progress (splits wait while any is).

@@ -11,6 +11,7 @@ pub mod intent;
 pub mod layout;
 pub mod superblock;
 pub mod tag;
+pub mod zero_runs;
 
 pub use block::{
     prefetch, prefetch_val, BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, KIND_SECONDARY,

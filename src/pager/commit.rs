@@ -41,7 +41,7 @@ pub type SyncHook = Box<dyn FnMut(SyncPoint) + Send + Sync>;
 
 /// Journal size past which a commit also checkpoints (flushes the store file
 /// and empties the journal).
-const CHECKPOINT_BYTES: u64 = 64 << 20;
+pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
 
 impl Pager {
     /// The durability mode.
@@ -64,6 +64,12 @@ impl Pager {
     #[cfg(feature = "test-hooks")]
     pub fn set_sync_hook(&mut self, hook: Option<SyncHook>) {
         self.group.set_hook(hook);
+    }
+
+    /// Sets the journal size past which a commit checkpoints (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn set_checkpoint_bytes(&mut self, bytes: u64) {
+        self.group.set_checkpoint_bytes(bytes);
     }
 
     /// The group commit this pager's writers share.
@@ -103,7 +109,7 @@ impl Pager {
             return Err(Error::Poisoned);
         }
         self.apply_durable()?;
-        if self.group.journal_len() > CHECKPOINT_BYTES {
+        if self.group.journal_len() > self.group.checkpoint_bytes() {
             self.checkpoint()?;
         }
         if self.dirty.is_empty() {

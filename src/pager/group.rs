@@ -12,7 +12,7 @@
 //! test hook. A
 //! thread holding `sync` never waits for the store's lock.
 
-use super::commit::SyncPoint;
+use super::commit::{SyncPoint, CHECKPOINT_BYTES};
 use super::journal::{journal_path, starts_with_commit, Journal};
 use super::SyncHook;
 use crate::error::{Error, Result};
@@ -51,6 +51,8 @@ pub struct Group {
     failed: AtomicBool,
     /// Bytes of commits in the journal's current round.
     journal_len: AtomicU64,
+    /// Journal size past which the next stage checkpoints.
+    checkpoint_bytes: AtomicU64,
     /// The test hook (locked last).
     hook: Mutex<Option<SyncHook>>,
 }
@@ -72,6 +74,7 @@ impl Group {
             }),
             failed: AtomicBool::new(false),
             journal_len: AtomicU64::new(0),
+            checkpoint_bytes: AtomicU64::new(CHECKPOINT_BYTES),
             done: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
         }
@@ -160,6 +163,17 @@ impl Group {
     /// Bytes of commits in the journal's current round.
     pub(super) fn journal_len(&self) -> u64 {
         self.journal_len.load(Ordering::Relaxed)
+    }
+
+    /// Journal size past which the next stage checkpoints.
+    pub(super) fn checkpoint_bytes(&self) -> u64 {
+        self.checkpoint_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Sets the journal size past which the next stage checkpoints (tests).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn set_checkpoint_bytes(&self, bytes: u64) {
+        self.checkpoint_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// Records the journal's length after a write or reset through `s`.

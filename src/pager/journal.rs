@@ -17,23 +17,28 @@
 //! a fresh random salt at offset 0; what lies past the round's last commit
 //! (zeros, or an older round's commits) fails the salt or sequence check.
 //!
-//! Commit layout (little-endian):
+//! Commit layout, version 2 (little-endian):
 //!
 //! | off | len | field |
 //! |-----|-----|-------|
 //! | 0 | 4 | magic `TJNL` |
-//! | 4 | 4 | journal format version (2; version 1 had no salt) |
+//! | 4 | 4 | journal format version (2) |
 //! | 8 | 8 | store hash seed (a journal of another store is ignored) |
 //! | 16 | 8 | commit sequence number, consecutive from the round's first commit |
 //! | 24 | 4 | block count `n` |
-//! | 28 | 4 | round salt (every commit of a round the same; zero in version 1) |
-//! | 32 | `n` × 4104 | `n` entries: block number u64, then its 4096-byte image |
-//! | 32 + 4104n | 4 | CRC32 of bytes 0 .. 32 + 4104n |
-//! | 36 + 4104n | 4 | magic `TEND` |
+//! | 28 | 4 | round salt (every commit of a round the same, never zero) |
+//! | 32 | 4 | body length `L` in bytes |
+//! | 36 | 4 | reserved, zero |
+//! | 40 | `L` | `n` entries: block number u64, encoded length u32, the image zero-run encoded (`format::zero_runs`) |
+//! | 40 + L | 4 | CRC32 of bytes 0 .. 40 + L |
+//! | 44 + L | 4 | magic `TEND` |
+//!
+//! Version 1 (still replayed): a 32-byte header (bytes 28..32 zero, no body
+//! length), then `n` × (block number u64, the 4096-byte image), CRC, `TEND`.
 
 use crate::error::{Error, Result};
 use crate::format::bytes::{rd32, rd64};
-use crate::format::BLOCK_SIZE;
+use crate::format::{zero_runs, BLOCK_SIZE};
 use crate::side::side_path;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -45,8 +50,9 @@ const END: &[u8; 4] = b"TEND";
 const VERSION: u32 = 2;
 /// The version before round salts; its journals are still replayed.
 const VERSION_1: u32 = 1;
-const HEADER: usize = 32;
-const ENTRY: usize = 8 + BLOCK_SIZE;
+const HEADER: usize = 40;
+const HEADER_1: usize = 32;
+const ENTRY_1: usize = 8 + BLOCK_SIZE;
 /// First and largest step of writing the file ahead.
 const AHEAD_MIN: u64 = 256 << 10;
 const AHEAD_MAX: u64 = 8 << 20;
@@ -67,7 +73,7 @@ pub fn starts_with_commit(path: &Path) -> bool {
 
 /// One complete commit read back from the journal.
 pub struct Commit {
-    pub blocks: Vec<(u64, Vec<u8>)>,
+    pub blocks: Images,
 }
 
 /// The open journal file.
@@ -99,6 +105,43 @@ fn new_salt(old: u32) -> u32 {
         s = s.wrapping_add(0x9E37_79B9);
     }
     s.max(1)
+}
+
+/// Block images by block number, in commit order.
+type Images = Vec<(u64, Vec<u8>)>;
+
+/// One whole commit at the start of `data` in journal `version`: its
+/// blocks and its length in bytes; `None` if torn, garbled or short.
+fn parse_commit(data: &[u8], version: u32) -> Option<(Images, usize)> {
+    let n = rd32(data, 24) as usize;
+    let (head, body) = if version == VERSION_1 {
+        (HEADER_1, n.checked_mul(ENTRY_1)?)
+    } else {
+        if data.len() < HEADER {
+            return None;
+        }
+        (HEADER, rd32(data, 32) as usize)
+    };
+    let end = head.checked_add(body)?;
+    let tail = data.get(end..end.checked_add(8)?)?;
+    if rd32(tail, 0) != crc32fast::hash(&data[..end]) || &tail[4..8] != END {
+        return None;
+    }
+    let mut blocks = Vec::with_capacity(n);
+    let mut at = head;
+    for _ in 0..n {
+        let b = rd64(data.get(at..at + 8)?, 0);
+        if version == VERSION_1 {
+            blocks.push((b, data[at + 8..at + ENTRY_1].to_vec()));
+            at += ENTRY_1;
+        } else {
+            let len = rd32(data.get(at + 8..at + 12)?, 0) as usize;
+            let enc = data.get(at + 12..(at + 12).checked_add(len)?)?;
+            blocks.push((b, zero_runs::decode(enc)?));
+            at += 12 + len;
+        }
+    }
+    (at == end).then_some((blocks, end + 8))
 }
 
 impl Journal {
@@ -169,8 +212,8 @@ impl Journal {
         let mut at = 0usize;
         // (version, salt, next sequence number) of the round, from its first commit.
         let mut round: Option<(u32, u32, u64)> = None;
-        while data.len() >= at + HEADER {
-            let h = &data[at..at + HEADER];
+        while data.len() >= at + HEADER_1 {
+            let h = &data[at..at + HEADER_1];
             let (version, salt, seq) = (rd32(h, 4), rd32(h, 28), rd64(h, 16));
             if &h[0..4] != MAGIC
                 || !(version == VERSION || version == VERSION_1)
@@ -179,24 +222,12 @@ impl Journal {
             {
                 break;
             }
-            let n = rd32(h, 24) as usize;
-            let body = HEADER + n * ENTRY;
-            if data.len() < at + body + 8 {
+            let Some((blocks, len)) = parse_commit(&data[at..], version) else {
                 break;
-            }
-            let crc = crc32fast::hash(&data[at..at + body]);
-            if rd32(&data, at + body) != crc || &data[at + body + 4..at + body + 8] != END {
-                break;
-            }
-            let blocks = (0..n)
-                .map(|i| {
-                    let e = at + HEADER + i * ENTRY;
-                    (rd64(&data, e), data[e + 8..e + ENTRY].to_vec())
-                })
-                .collect();
+            };
             out.push(Commit { blocks });
             round = Some((version, salt, seq + 1));
-            at += body + 8;
+            at += len;
         }
         if let Some((VERSION, salt, next)) = round {
             (self.salt, self.next_seq) = (salt, next);
@@ -212,17 +243,24 @@ impl Journal {
         blocks: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
     ) -> Result<()> {
         let n = blocks.len();
-        let mut buf = Vec::with_capacity(HEADER + n * ENTRY + 8);
+        let mut buf = Vec::with_capacity(HEADER + n * 1024);
         buf.extend_from_slice(MAGIC);
         buf.extend_from_slice(&VERSION.to_le_bytes());
         buf.extend_from_slice(&self.seed.to_le_bytes());
         buf.extend_from_slice(&self.next_seq.to_le_bytes());
         buf.extend_from_slice(&(n as u32).to_le_bytes());
         buf.extend_from_slice(&self.salt.to_le_bytes());
+        buf.extend_from_slice(&[0u8; 8]);
         for (b, img) in blocks {
             buf.extend_from_slice(&b.to_le_bytes());
-            buf.extend_from_slice(img);
+            let at = buf.len();
+            buf.extend_from_slice(&[0u8; 4]);
+            zero_runs::encode(img, &mut buf);
+            let len = (buf.len() - at - 4) as u32;
+            buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         }
+        let body = (buf.len() - HEADER) as u32;
+        buf[32..36].copy_from_slice(&body.to_le_bytes());
         let crc = crc32fast::hash(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
         buf.extend_from_slice(END);

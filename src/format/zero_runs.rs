@@ -1,0 +1,95 @@
+//! Zero-run encoding of a block image (journal version 2): most of a
+//! bucket's block is empty slots, so an image shrinks to its used bytes.
+//!
+//! An encoding is a sequence of runs, each `u16` zeros, `u16` literal
+//! length, then that many literal bytes (little-endian), covering the
+//! block exactly.
+
+use super::BLOCK_SIZE;
+
+/// Zeros shorter than this stay inside a literal (a run header costs 4 bytes).
+const MIN_GAP: usize = 8;
+
+/// Appends the encoding of `img` (one block) to `out`.
+pub fn encode(img: &[u8], out: &mut Vec<u8>) {
+    let mut at = 0;
+    while at < img.len() {
+        let z = img[at..].iter().take_while(|&&b| b == 0).count();
+        let lit_start = at + z;
+        let mut end = lit_start;
+        while end < img.len() {
+            let gap = img[end..]
+                .iter()
+                .take(MIN_GAP)
+                .take_while(|&&b| b == 0)
+                .count();
+            if gap == MIN_GAP || end + gap == img.len() {
+                break;
+            }
+            end += gap.max(1);
+        }
+        out.extend_from_slice(&(z as u16).to_le_bytes());
+        out.extend_from_slice(&((end - lit_start) as u16).to_le_bytes());
+        out.extend_from_slice(&img[lit_start..end]);
+        at = end;
+    }
+}
+
+/// Decodes one block image; `None` unless `enc` is exactly a whole encoding.
+pub fn decode(enc: &[u8]) -> Option<Vec<u8>> {
+    let mut img = Vec::with_capacity(BLOCK_SIZE);
+    let mut at = 0;
+    while at < enc.len() {
+        let head = enc.get(at..at + 4)?;
+        let z = u16::from_le_bytes([head[0], head[1]]) as usize;
+        let lit = u16::from_le_bytes([head[2], head[3]]) as usize;
+        let bytes = enc.get(at + 4..at + 4 + lit)?;
+        if img.len() + z + lit > BLOCK_SIZE {
+            return None;
+        }
+        img.resize(img.len() + z, 0);
+        img.extend_from_slice(bytes);
+        at += 4 + lit;
+    }
+    (img.len() == BLOCK_SIZE).then_some(img)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn round_trips(runs in proptest::collection::vec((0usize..300, 0usize..200, any::<u8>()), 0..40)) {
+            let mut img = vec![0u8; BLOCK_SIZE];
+            let mut at = 0;
+            for (skip, len, byte) in runs {
+                at = (at + skip) % BLOCK_SIZE;
+                let end = (at + len).min(BLOCK_SIZE);
+                img[at..end].fill(byte);
+                at = end % BLOCK_SIZE;
+            }
+            let mut enc = Vec::new();
+            encode(&img, &mut enc);
+            prop_assert!(enc.len() <= BLOCK_SIZE + 4 * (BLOCK_SIZE / MIN_GAP + 1));
+            prop_assert_eq!(decode(&enc), Some(img));
+        }
+
+        #[test]
+        fn never_panics_on_garbage(enc in proptest::collection::vec(any::<u8>(), 0..600)) {
+            if let Some(img) = decode(&enc) {
+                prop_assert_eq!(img.len(), BLOCK_SIZE);
+            }
+        }
+    }
+
+    #[test]
+    fn an_empty_block_is_four_bytes_and_a_short_one_is_refused() {
+        let mut enc = Vec::new();
+        encode(&[0u8; BLOCK_SIZE], &mut enc);
+        assert_eq!(enc.len(), 4);
+        assert_eq!(decode(&enc[..2]), None);
+        assert_eq!(decode(&[0, 1, 0, 0]), None, "256 zeros is not a block");
+    }
+}
