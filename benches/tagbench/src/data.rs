@@ -262,6 +262,61 @@ impl Dataset {
         }
     }
 
+    /// File-ownership shape (like a distribution's file lists): `n` tags,
+    /// each a distinct file path owned by one package, relationship
+    /// `owned_by`; `n` × 63,000 / 5,000,000 packages (at least 1,000)
+    /// drawn Zipf(0.75), so the largest owns about 1.6 % of the files at 5 M
+    /// tags (79 k). FIND keys are drawn from the tags, as for loaded data.
+    pub fn generate_files(n: usize, seed: u64) -> Dataset {
+        const DIRS: [&str; 6] = [
+            "usr/share/doc",
+            "usr/lib/x86_64-linux-gnu",
+            "usr/share/locale/de/LC_MESSAGES",
+            "usr/include",
+            "usr/share/man/man3",
+            "etc",
+        ];
+        let n_subj = (n as u64 * 63_000 / 5_000_000).max(1_000) as usize;
+        let subjects: Vec<String> = (0..n_subj).map(subject_name).collect();
+        let zipf = Zipf::new(n_subj, 0.75);
+        let mut rng = Rng::new(seed);
+        let want = n.saturating_sub(2 * RARE_TAGS);
+        let mut base = Vec::with_capacity(want);
+        let mut objects = Vec::with_capacity(want);
+        let mut keys = Vec::with_capacity(want);
+        let mut counts: HashMap<(u32, u32), u32> = HashMap::new();
+        for i in 0..want {
+            let s = zipf.sample(&mut rng);
+            let h = mix64(i as u64 ^ 0xF11E);
+            let dir = DIRS[(h % DIRS.len() as u64) as usize];
+            let ext = ["so", "h", "gz", "mo", "conf"][((h >> 16) % 5) as usize];
+            let mut object = format!(
+                "/{dir}/{}/{}/file-{i:07}.{ext}",
+                subjects[s],
+                ALBUMS[((h >> 8) % ALBUMS.len() as u64) as usize],
+            );
+            if 4 + object.len() + "owned_by".len() + subjects[s].len() > tagstore::SLOT_SIZE {
+                // A long package name: a shorter path, so the tag fits a slot.
+                object = format!("/{dir}/file-{i:07}.{ext}");
+            }
+            *counts.entry((0, s as u32)).or_default() += 1;
+            keys.push((0u32, s as u32));
+            base.push(Tag::new(object.as_str(), "owned_by", subjects[s].as_str()));
+            objects.push(object);
+        }
+        Dataset {
+            seed,
+            source: "files (synthetic file ownership)".into(),
+            rels: vec!["owned_by".into()],
+            objects,
+            subjects,
+            draw: Draw::Tags(keys),
+            base,
+            subject_key_counts: counts,
+            mix_rels: ("owned_by".into(), "owned_by".into()),
+        }
+    }
+
     /// A subject index: Zipf for synthetic data, tag-weighted for loaded data.
     pub fn sample_subject(&self, rng: &mut Rng) -> usize {
         match &self.draw {

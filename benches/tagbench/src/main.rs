@@ -36,8 +36,10 @@ pub struct Args {
     /// file's distinct tags that fit a slot, or the first N after shuffling).
     #[arg(long)]
     tags: Option<usize>,
-    /// The data: `synthetic` (seeded generator), `npm` (npm.tsv written by
-    /// benches/tagbench/fetch-npm.sh into the cache), or a TSV file of tags.
+    /// The data: `synthetic` (seeded generator), `files` (seeded generator
+    /// of file-ownership tags: one package per distinct file path), `npm`
+    /// (npm.tsv written by benches/tagbench/fetch-npm.sh into the cache), or
+    /// a TSV file of tags.
     #[arg(long, default_value = "synthetic")]
     data: String,
     /// Engines, comma separated (tagstore is always the reference column).
@@ -325,6 +327,10 @@ impl Bench {
 pub fn dataset(args: &Args) -> Result<(Dataset, Option<tsvdata::LoadReport>, f64)> {
     let t = Instant::now();
     let (ds, rep) = match tsvdata::resolve(&args.data)? {
+        None if args.data == "files" => (
+            Dataset::generate_files(args.tags.unwrap_or(DEFAULT_TAGS), args.seed),
+            None,
+        ),
         None => (
             Dataset::generate(args.tags.unwrap_or(DEFAULT_TAGS), args.seed),
             None,
@@ -662,6 +668,37 @@ fn compare(args: &Args) -> Result<()> {
         subj_lats.iter().map(|l| l.p50_us).collect(),
     );
     detail.push(serde_json::json!({"phase": "find_by_subject_zipf", "lat": subj_lats}));
+
+    // FIND by subject of every distinct (relationship, subject) key once,
+    // in a shuffled order: the small keys weigh as much as the peaks.
+    let mut every: Vec<(&str, &str)> = ds
+        .subject_key_counts
+        .keys()
+        .map(|&(r, s)| (ds.subjects[s as usize].as_str(), ds.rels[r as usize].as_str()))
+        .collect();
+    every.sort_unstable();
+    let mut shuffle = Rng::new(args.seed ^ 0xE7E7);
+    for i in (1..every.len()).rev() {
+        every.swap(i, shuffle.below(i + 1));
+    }
+    eprintln!("{} FINDs by subject, every distinct key once", every.len());
+    let mut acc = accs(ne);
+    b.rounds(every.len(), 5_000, |i, e, r| acc[i].finds(e, &every[r], false))?;
+    let every_lats: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
+    check_found("FIND-by-subject (every key) results", &names, &lat_found(&every_lats));
+    row(
+        &format!("FIND by subject, every distinct key once ({}), delivered", int(every.len())),
+        "tags/s",
+        Some(true),
+        every_lats.iter().map(Lat::results_per_s).collect(),
+    );
+    row(
+        "FIND by subject, every distinct key once",
+        "keys/s",
+        Some(true),
+        every_lats.iter().map(Lat::ops_per_s).collect(),
+    );
+    detail.push(serde_json::json!({"phase": "find_by_subject_every_key", "lat": every_lats}));
 
     // The same FINDs on 2 threads, each with its own read handle; wall time.
     eprintln!("{} FINDs by subject (Zipf) on 2 threads", subj_q.len());

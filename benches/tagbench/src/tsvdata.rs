@@ -42,7 +42,7 @@ pub fn npm_file(name: &str) -> Result<PathBuf> {
 /// `npm.tsv` for `npm`, otherwise the value as a path.
 pub fn resolve(spec: &str) -> Result<Option<PathBuf>> {
     match spec {
-        "synthetic" => Ok(None),
+        "synthetic" | "files" => Ok(None),
         "npm" => npm_file("npm.tsv").map(Some),
         path => {
             let p = PathBuf::from(path);
