@@ -7,32 +7,39 @@
 
 use super::BLOCK_SIZE;
 
-/// Zeros shorter than this stay inside a literal (a run header costs 4 bytes).
-const MIN_GAP: usize = 8;
+/// Zeros are found a word at a time: a zero run is whole zero words, and
+/// shorter zero gaps stay inside a literal (a run header costs 4 bytes).
+const WORD: usize = 8;
 
 /// Appends the encoding of `img` (one block) to `out`.
 pub fn encode(img: &[u8], out: &mut Vec<u8>) {
-    let mut at = 0;
-    while at < img.len() {
-        let z = img[at..].iter().take_while(|&&b| b == 0).count();
-        let lit_start = at + z;
-        let mut end = lit_start;
-        while end < img.len() {
-            let gap = img[end..]
-                .iter()
-                .take(MIN_GAP)
-                .take_while(|&&b| b == 0)
-                .count();
-            if gap == MIN_GAP || end + gap == img.len() {
-                break;
-            }
-            end += gap.max(1);
+    let words: Vec<u64> = img
+        .chunks_exact(WORD)
+        .map(|c| c.iter().rev().fold(0u64, |a, &b| (a << 8) | b as u64))
+        .collect();
+    let n = words.len();
+    let mut i = 0;
+    while i < n {
+        let z = i;
+        while i < n && words[i] == 0 {
+            i += 1;
         }
-        out.extend_from_slice(&(z as u16).to_le_bytes());
-        out.extend_from_slice(&((end - lit_start) as u16).to_le_bytes());
-        out.extend_from_slice(&img[lit_start..end]);
-        at = end;
+        let lit = i;
+        while i < n && words[i] != 0 {
+            i += 1;
+        }
+        run(out, (lit - z) * WORD, &img[lit * WORD..i * WORD]);
     }
+    let tail = &img[n * WORD..];
+    if !tail.is_empty() {
+        run(out, 0, tail);
+    }
+}
+
+fn run(out: &mut Vec<u8>, zeros: usize, lit: &[u8]) {
+    out.extend_from_slice(&(zeros as u16).to_le_bytes());
+    out.extend_from_slice(&(lit.len() as u16).to_le_bytes());
+    out.extend_from_slice(lit);
 }
 
 /// Decodes one block image; `None` unless `enc` is exactly a whole encoding.
@@ -72,7 +79,7 @@ mod tests {
             }
             let mut enc = Vec::new();
             encode(&img, &mut enc);
-            prop_assert!(enc.len() <= BLOCK_SIZE + 4 * (BLOCK_SIZE / MIN_GAP + 1));
+            prop_assert!(enc.len() <= BLOCK_SIZE + 4 * (BLOCK_SIZE / WORD + 1));
             prop_assert_eq!(decode(&enc), Some(img));
         }
 

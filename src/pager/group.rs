@@ -16,7 +16,7 @@ use super::commit::{SyncPoint, CHECKPOINT_BYTES};
 use super::journal::{journal_path, starts_with_commit, Journal};
 use super::SyncHook;
 use crate::error::{Error, Result};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -108,21 +108,12 @@ impl Group {
         let Some(top) = batch.last().map(|b| b.0) else {
             return Err(Error::corrupt(format!("stage {n} was never queued")));
         };
-        // Later images of a block replace earlier ones: one image each.
-        let mut at: HashMap<u64, usize> = HashMap::new();
-        let mut merged: Blocks = Vec::new();
+        // Later images of a block replace earlier ones: one image each, in block order.
+        let mut last: BTreeMap<u64, Box<[u8]>> = BTreeMap::new();
         for (_, blocks) in batch {
-            for (b, img) in blocks {
-                match at.get(&b) {
-                    Some(&i) => merged[i].1 = img,
-                    None => {
-                        at.insert(b, merged.len());
-                        merged.push((b, img));
-                    }
-                }
-            }
+            last.extend(blocks);
         }
-        merged.sort_unstable_by_key(|(b, _)| *b);
+        let merged: Blocks = last.into_iter().collect();
         if let Err(e) = self.append(&mut s, &merged) {
             self.failed.store(true, Ordering::Relaxed);
             return Err(e);

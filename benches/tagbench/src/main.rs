@@ -674,7 +674,12 @@ fn compare(args: &Args) -> Result<()> {
     let mut every: Vec<(&str, &str)> = ds
         .subject_key_counts
         .keys()
-        .map(|&(r, s)| (ds.subjects[s as usize].as_str(), ds.rels[r as usize].as_str()))
+        .map(|&(r, s)| {
+            (
+                ds.subjects[s as usize].as_str(),
+                ds.rels[r as usize].as_str(),
+            )
+        })
         .collect();
     every.sort_unstable();
     let mut shuffle = Rng::new(args.seed ^ 0xE7E7);
@@ -683,11 +688,20 @@ fn compare(args: &Args) -> Result<()> {
     }
     eprintln!("{} FINDs by subject, every distinct key once", every.len());
     let mut acc = accs(ne);
-    b.rounds(every.len(), 5_000, |i, e, r| acc[i].finds(e, &every[r], false))?;
+    b.rounds(every.len(), 5_000, |i, e, r| {
+        acc[i].finds(e, &every[r], false)
+    })?;
     let every_lats: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
-    check_found("FIND-by-subject (every key) results", &names, &lat_found(&every_lats));
+    check_found(
+        "FIND-by-subject (every key) results",
+        &names,
+        &lat_found(&every_lats),
+    );
     row(
-        &format!("FIND by subject, every distinct key once ({}), delivered", int(every.len())),
+        &format!(
+            "FIND by subject, every distinct key once ({}), delivered",
+            int(every.len())
+        ),
         "tags/s",
         Some(true),
         every_lats.iter().map(Lat::results_per_s).collect(),
