@@ -70,6 +70,8 @@ impl State {
                 None => self.collect_moving(go, h, new, &l)?,
             };
             let present = if redo {
+                self.dedupe_chain(go, &l)?;
+                self.dedupe_chain(gn, &l)?;
                 let blocks = self.chain_blocks(gn)?;
                 self.slots_in(blocks)?
             } else {
@@ -131,6 +133,42 @@ impl State {
         }
         self.pager.clear_slot(m.from.addr)?;
         self.commit_delete(from, &m.from, m.th);
+        Ok(())
+    }
+
+    /// Clears every later copy of a tag that chain `g` holds twice: a split
+    /// killed between the two writes of one of its moves inside the chain
+    /// (packing the primary bucket, refilling it from the tail) left the tag
+    /// in two slots, and the redo finds no tag left to move. The copy met
+    /// first (primary bucket, then the chain in order) stays.
+    pub(super) fn dedupe_chain(&mut self, g: u32, l: &Layout) -> Result<()> {
+        let seed = self.index.seed();
+        let start = l.primary_start(g);
+        let mut blocks: Vec<(u64, Option<u32>)> = (start..start + l.blocks_per_primary as u64)
+            .map(|b| (b, None))
+            .collect();
+        for (s, _) in self.index.tables.chain(g) {
+            let first = l.secondary_start(s);
+            blocks.extend((first..first + l.blocks_per_secondary as u64).map(|b| (b, Some(s))));
+        }
+        let mut seen = HashSet::new();
+        let mut twice = Vec::new();
+        for (b, sec) in blocks {
+            let blk = self.pager.block(b)?;
+            for i in blk.occupied_slots() {
+                let m = Moving::at(&blk, b, i, sec, seed)?;
+                if !seen.insert(m.slot) {
+                    twice.push(m);
+                }
+            }
+        }
+        for m in &twice {
+            self.pager.clear_slot(m.from.addr)?;
+            self.commit_delete(g, &m.from, m.th);
+        }
+        if !twice.is_empty() {
+            self.index.accel.forget_chain(g);
+        }
         Ok(())
     }
 

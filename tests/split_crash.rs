@@ -1,0 +1,128 @@
+//! A crash at every write of a bucket split, in mapped (`None`) mode.
+//!
+//! Regression test for a tag found twice after recovery: a split killed
+//! between the two writes of one of its moves *inside* the old chain
+//! (packing the primary bucket into its first blocks, or refilling it from
+//! the chain's tail) left the tag in two slots of that chain, and the redo
+//! at open found nothing left to move, so FIND returned the tag twice and
+//! `len()` counted it twice (seen about once in 30 runs of
+//! `sigkill_none_mode` on a loaded machine).
+//!
+//! A small store is loaded, then for every `k` a copy of it takes inserts,
+//! one call each, with the write path failing at its `k`-th write (the
+//! mapped file then holds exactly the writes before it, as after `kill -9`),
+//! and is abandoned and reopened. The inserts cross several splits, so
+//! every write of a split, its moves and its tidying is a crash point.
+//! After recovery the store holds every acknowledged tag, the in-flight tag
+//! whole or not at all, nothing else, and no tag twice (export, `len()`,
+//! FIND both ways).
+
+mod common;
+
+use common::crash::{assert_check_ok, whole};
+use std::collections::BTreeSet;
+use std::fs;
+use tagstore::{CreateOptions, Store, Tag};
+
+fn tag(i: usize) -> Tag {
+    // Few subjects: their chains are long and the splits move many tags.
+    Tag::new(format!("obj-{i:05}"), "r", format!("subj-{}", i % 7))
+}
+
+const BASE: usize = 400;
+const MORE: usize = 120;
+
+#[test]
+fn crash_at_every_write_of_a_split_leaves_each_tag_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = dir.path().join("base.tags");
+    let opts = CreateOptions {
+        expected_tags: 100,
+        primary_buckets_per_half: Some(2),
+        blocks_per_primary: Some(2),
+        blocks_per_secondary: Some(1),
+        seed: Some(0x5_0117),
+    };
+    let s = Store::create(&base, &opts).expect("create");
+    for i in 0..BASE {
+        assert!(s.insert(&tag(i)).expect("load"));
+    }
+    let buckets_before = s.stats().expect("stats").primary_buckets;
+    s.close().expect("close");
+
+    let mut after_splits = 0;
+    let mut k = 0u64;
+    loop {
+        let path = dir.path().join(format!("k{k}.tags"));
+        fs::copy(&base, &path).expect("copy");
+        let s = Store::open(&path).expect("open copy");
+        s.fail_after_writes(Some(k));
+        let mut acked = BTreeSet::new();
+        let mut in_flight = None;
+        for i in BASE..BASE + MORE {
+            match s.insert(&tag(i)) {
+                Ok(true) => {
+                    acked.insert(tag(i));
+                }
+                Ok(false) => panic!("k={k}: tag {i} was already there"),
+                Err(_) => {
+                    in_flight = Some(tag(i));
+                    break;
+                }
+            }
+        }
+        let base_set: BTreeSet<Tag> = (0..BASE).map(tag).collect();
+        acked.extend(base_set);
+        let Some(in_flight) = in_flight else {
+            // k passed every write of the inserts: every point is covered.
+            assert!(k > 0, "no write was ever made");
+            break;
+        };
+        s.abandon();
+        let when = format!("crash at write {k}");
+        let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: reopen: {e}"));
+        if s.stats().expect("stats").primary_buckets > buckets_before {
+            after_splits += 1;
+        }
+        let all: Vec<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+        let got: BTreeSet<Tag> = all.iter().cloned().collect();
+        assert_eq!(
+            all.len(),
+            got.len(),
+            "{when}: the export returned a tag twice"
+        );
+        let lost: Vec<&Tag> = acked.difference(&got).collect();
+        assert!(lost.is_empty(), "{when}: acknowledged tags lost: {lost:?}");
+        let extra: Vec<&Tag> = got
+            .difference(&acked)
+            .filter(|t| **t != in_flight)
+            .collect();
+        assert!(extra.is_empty(), "{when}: tags never inserted: {extra:?}");
+        whole(&s, &in_flight, &when);
+        assert_eq!(
+            s.len(),
+            got.len() as u64,
+            "{when}: len() counts a tag twice"
+        );
+        for j in 0..7 {
+            let objects: Vec<String> = s
+                .find_objects(&format!("subj-{j}"), "r")
+                .collect::<Result<_, _>>()
+                .expect("find_objects");
+            let distinct: BTreeSet<&String> = objects.iter().collect();
+            assert_eq!(
+                objects.len(),
+                distinct.len(),
+                "{when}: FIND <*, r, subj-{j}> returned an object twice"
+            );
+        }
+        assert_check_ok(&s, &when);
+        drop(s);
+        fs::remove_file(&path).expect("remove copy");
+        k += 1;
+    }
+    assert!(
+        after_splits > 10,
+        "only {after_splits} crash points came after a split: the inserts must cross splits"
+    );
+}
