@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::crash::{fill_up, Tmpfs};
+use common::crash::{fill_up, serial, Tmpfs};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tagstore::{CreateOptions, Store, Tag};
@@ -66,6 +66,9 @@ fn full_tmpfs_copy(disk: &Path) -> Option<(Tmpfs, PathBuf)> {
 /// Library: read, delete and reopen a sparse store on a full tmpfs.
 #[test]
 fn library_deletes_and_reads_on_a_full_tmpfs() {
+    // One at a time: a CLI child forked by the other test while this one
+    // holds the store open inherits its lock until it execs.
+    let _serial = serial();
     let disk = tempfile::tempdir().expect("tempdir");
     let Some((_fs, p)) = full_tmpfs_copy(disk.path()) else {
         return;
@@ -106,6 +109,7 @@ fn library_deletes_and_reads_on_a_full_tmpfs() {
 /// CLI: `delete --file`, `find`, `check` and `export` on a full tmpfs.
 #[test]
 fn cli_deletes_and_reads_on_a_full_tmpfs() {
+    let _serial = serial();
     let disk = tempfile::tempdir().expect("tempdir");
     let Some((_fs, p)) = full_tmpfs_copy(disk.path()) else {
         return;

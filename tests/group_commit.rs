@@ -223,3 +223,29 @@ fn reused_journal_never_replays_an_older_round() {
         "the older round's commits were still in the file ({headers} headers)"
     );
 }
+
+/// A crash right after a checkpoint leaves a journal file with nothing to
+/// replay (its first header zeroed) but megabytes written ahead: the next
+/// writable open removes it, and the store holds every tag.
+#[test]
+fn a_reset_journal_left_by_a_crash_is_removed_at_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("e.tags");
+    let s = Store::create(&path, &CreateOptions::default()).expect("create");
+    s.set_durability(Durability::Immediate).expect("mode");
+    let tags: Vec<Tag> = (0..30).map(|i| tag(1, i)).collect();
+    for t in &tags {
+        s.insert(t).expect("insert");
+    }
+    // Checkpoint (the journal's round is reset, its file kept), then a crash.
+    s.set_durability(Durability::None).expect("checkpoint");
+    assert!(journal_path(&path).exists(), "the journal file was kept");
+    s.abandon();
+    let s = Store::open(&path).expect("reopen");
+    assert!(
+        !journal_path(&path).exists(),
+        "the emptied journal was left beside the store"
+    );
+    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+    assert_eq!(got, tags.iter().cloned().collect::<BTreeSet<_>>());
+}

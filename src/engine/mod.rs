@@ -335,6 +335,13 @@ impl Store {
                     store.removed.push(t);
                 }
             }
+            // A journal with no commit to replay (reset by a checkpoint, then
+            // a crash) is written ahead and may be megabytes: give it back.
+            let j = crate::pager::journal_path(path);
+            if j.exists() && !journal_pending(path) {
+                remove_if_present(&j, "emptied journal")?;
+                store.removed.push(j);
+            }
         }
         Ok(store)
     }
