@@ -140,7 +140,7 @@ impl Pager {
         }
         for (top, blocks) in done {
             for (n, img) in &blocks {
-                self.file.block_mut(*n)?.copy_from_slice(img);
+                self.file.write_block(*n, img)?;
                 self.mark_verified(*n);
                 if !self.dirty.contains(n) && self.staged_in.get(n).is_some_and(|s| *s <= top) {
                     self.overlay.remove(n);

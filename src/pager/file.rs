@@ -321,6 +321,26 @@ impl MappedFile {
         Ok(&mut self.bytes_mut()?[s..s + BLOCK_SIZE])
     }
 
+    /// Writes `img` over block `n` with `pwrite`, not through the map: the
+    /// page cache is shared, so the map sees it, and a clean page costs no
+    /// write-protect fault.
+    pub fn write_block(&mut self, n: u64, img: &[u8]) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let start = n
+            .checked_mul(BLOCK_SIZE as u64)
+            .filter(|s| s + BLOCK_SIZE as u64 <= self.len && img.len() == BLOCK_SIZE)
+            .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
+        if self.in_hole(n) {
+            self.reserve(start, BLOCK_SIZE as u64)?;
+        }
+        if !self.writable() {
+            return Err(Error::ReadOnly);
+        }
+        self.file
+            .write_all_at(img, start)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
+    }
+
     /// Makes sure disk space backs `[off, off+len)`, so a later write through
     /// the map cannot fault on a full disk; reports ENOSPC as an error.
     pub fn reserve(&mut self, off: u64, len: u64) -> Result<()> {

@@ -32,7 +32,8 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
     threads: Vec<usize>,
     /// The store's durability mode during the run: `none` (each INSERT asks
-    /// for `Durability::Immediate` itself), `on-sync` or `immediate`.
+    /// for `Durability::Immediate` itself), `on-sync` or `immediate`; or
+    /// `plain` (`None` mode, INSERTs not durable: the cost of the insert alone).
     #[arg(long, default_value = "immediate")]
     mode: String,
     /// Directory for the store (a fresh directory inside it, removed at the end).
@@ -58,7 +59,7 @@ fn main() -> Result<()> {
     store.insert_batch(&load).1?;
     store.sync()?;
     store.set_durability(match args.mode.as_str() {
-        "none" => Durability::None,
+        "none" | "plain" => Durability::None,
         "on-sync" => Durability::OnSync,
         "immediate" => Durability::Immediate,
         m => anyhow::bail!("--mode {m}: expected none, on-sync or immediate"),
@@ -70,12 +71,14 @@ fn main() -> Result<()> {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
                 let store = Arc::clone(&store);
+                let mode = args.mode.clone();
                 let first = next + k * per;
+                let durable = (mode != "plain").then_some(Durability::Immediate);
                 std::thread::spawn(move || -> Result<Vec<f64>> {
                     let mut lat = Vec::with_capacity(per);
                     for i in first..first + per {
                         let t = Instant::now();
-                        store.insert_with(&tag(i), Some(Durability::Immediate))?;
+                        store.insert_with(&tag(i), durable)?;
                         lat.push(t.elapsed().as_secs_f64() * 1e6);
                     }
                     Ok(lat)
