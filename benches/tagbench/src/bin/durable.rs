@@ -36,6 +36,10 @@ struct Args {
     /// `plain` (`None` mode, INSERTs not durable: the cost of the insert alone).
     #[arg(long, default_value = "immediate")]
     mode: String,
+    /// Skip the sync after the load (its pages stay dirty: no write-protect
+    /// fault at their next write).
+    #[arg(long)]
+    no_sync_after_load: bool,
     /// Directory for the store (a fresh directory inside it, removed at the end).
     #[arg(long, default_value = ".")]
     dir: PathBuf,
@@ -57,7 +61,9 @@ fn main() -> Result<()> {
     )?);
     let load: Vec<Tag> = (0..args.load).map(tag).collect();
     store.insert_batch(&load).1?;
-    store.sync()?;
+    if !args.no_sync_after_load {
+        store.sync()?;
+    }
     store.set_durability(match args.mode.as_str() {
         "none" | "plain" => Durability::None,
         "on-sync" => Durability::OnSync,
