@@ -542,3 +542,32 @@ fn progress_bars_fit_the_terminal_width() {
         }
     }
 }
+
+/// A writable store maps address space to grow into (32 GiB past its end,
+/// so growth rarely remaps); under a `ulimit -v` that cannot grant it, the
+/// store maps less instead of failing. Regression for the larger headroom.
+#[test]
+fn a_writable_store_opens_under_an_address_space_limit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("limited.tags");
+    let script = format!(
+        "ulimit -v 2000000 && {bin} create {p} && printf 'a\\tr\\tb\\n' | {bin} insert {p} --file - && {bin} find {p} --object a --relationship r",
+        bin = common::cli::BIN,
+        p = p.display()
+    );
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .expect("run sh");
+    assert!(
+        out.status.success(),
+        "under ulimit -v: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().last(),
+        Some("b")
+    );
+}

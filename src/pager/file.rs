@@ -82,11 +82,14 @@ fn on_tmpfs(file: &File) -> bool {
     }
 }
 
-/// Address space to map for a writable file of `len` bytes: room to double,
-/// or to grow by 1 GiB, before the next remap (a remap unmaps every page and
-/// faults them all in again).
+/// Address space to map for a writable file of `len` bytes: room to grow
+/// fourfold, or by 32 GiB, before the next remap. A remap unmaps every page
+/// and faults them all in again: a store growing by splits adds a whole
+/// primary segment at a level change, and the INSERTs after a remap ran
+/// 3× slower until the pages were mapped again. Address space is only
+/// reserved, never touched past the file's end.
 fn headroom(len: u64) -> u64 {
-    len.saturating_mul(2).max(len.saturating_add(1 << 30))
+    len.saturating_mul(4).max(len.saturating_add(32 << 30))
 }
 
 /// Locks `file`; when another process holds it, retries for up to `wait`
@@ -210,9 +213,28 @@ impl MappedFile {
         made
     }
 
-    /// A handle on `file` (`len` bytes), mapping `mapped` bytes of address space.
+    /// Maps a writable file of `len` bytes with [`headroom`], or with less
+    /// address space where that much cannot be had (a `ulimit -v`): the
+    /// map and the bytes mapped.
+    fn map_with_room(file: &File, path: &Path, len: u64) -> Result<(Map, u64)> {
+        let mut last = None;
+        for mapped in [headroom(len), len.saturating_mul(2), len] {
+            match Self::map(file, path, true, mapped) {
+                Ok(m) => return Ok((m, mapped)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::corrupt("no mapping attempted")))
+    }
+
+    /// A handle on `file` (`len` bytes), mapping `mapped` bytes of address
+    /// space (a writable one: at least `len`, with room to grow).
     fn with_map(file: File, path: &Path, writable: bool, len: u64, mapped: u64) -> Result<Self> {
-        let map = Self::map(&file, path, writable, mapped)?;
+        let (map, mapped) = if writable {
+            Self::map_with_room(&file, path, len)?
+        } else {
+            (Self::map(&file, path, false, mapped)?, mapped)
+        };
         let tmpfs = on_tmpfs(&file);
         Ok(MappedFile {
             file,
@@ -389,9 +411,7 @@ impl MappedFile {
             .set_len(len)
             .map_err(|e| Error::io(format!("resizing {}", self.path.display()), e))?;
         if len > self.mapped {
-            let mapped = headroom(len);
-            self.map = Self::map(&self.file, &self.path, true, mapped)?;
-            self.mapped = mapped;
+            (self.map, self.mapped) = Self::map_with_room(&self.file, &self.path, len)?;
         }
         let old = self.len;
         self.len = len;
