@@ -178,6 +178,8 @@ impl State {
                     e.ordinal = p.id.ordinal;
                     e.next = NONE;
                     ix.open_hint[g as usize] = s;
+                    // A bucket comes off the free list holding no tag.
+                    ix.accel.linked_secondary(s);
                 }
                 let e = &mut ix.tables.secondary[s as usize];
                 e.used += 1;

@@ -118,6 +118,7 @@ impl ChainIndex {
 /// Calls `f(bucket, block index, block, slot)` for every occupied slot of
 /// chain `g`'s secondary buckets, in chain order.
 fn for_each_secondary_slot<'b>(
+    accel: &Accel,
     g: u32,
     t: &Tables,
     geo: &Layout,
@@ -126,7 +127,7 @@ fn for_each_secondary_slot<'b>(
 ) -> Result<()> {
     for (s, _) in t.chain(g) {
         let start = geo.secondary_start(s);
-        for i in 0..geo.blocks_per_secondary {
+        for i in 0..accel.secondary_extent(s, geo.blocks_per_secondary) {
             let blk = pager.block(start + i as u64)?;
             for k in blk.occupied_slots() {
                 f(s, i, &blk, k);
@@ -142,6 +143,12 @@ pub struct Accel {
     /// Per primary bucket: 0 unknown, else 1 + number of blocks up to and
     /// including the highest block ever written.
     extent: Vec<AtomicU8>,
+    /// Per secondary bucket linked into a chain during this session: 1 +
+    /// the blocks up to and including the highest written since (slots are
+    /// taken first-free, so no tag lies past them). Absent: unknown, every
+    /// block is read. Saves reading (and page-faulting) the never-written
+    /// blocks of a sparse bucket.
+    sec_extent: HashMap<u32, u8>,
     /// Chain indexes by global primary bucket.
     chains: RwLock<HashMap<u32, ChainIndex>>,
 }
@@ -159,8 +166,24 @@ impl Accel {
             extent: (0..primary)
                 .map(|g| AtomicU8::new(u8::from(empty(g))))
                 .collect(),
+            sec_extent: HashMap::new(),
             chains: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Records that empty secondary bucket `s` was just linked into a chain:
+    /// nothing is written in it yet (caller holds the write lock).
+    pub fn linked_secondary(&mut self, s: u32) {
+        self.sec_extent.insert(s, 1);
+    }
+
+    /// Blocks of secondary bucket `s` worth reading: all of its `n` unless
+    /// fewer are known to hold anything.
+    #[inline]
+    pub fn secondary_extent(&self, s: u32, n: u32) -> u32 {
+        self.sec_extent
+            .get(&s)
+            .map_or(n, |&e| (e as u32).saturating_sub(1).min(n))
     }
 
     /// Blocks of primary bucket `g` worth reading, learning it if unknown.
@@ -230,6 +253,14 @@ impl Accel {
     /// tag with key fingerprint `fp` and tag hash `th` (caller holds the
     /// write lock).
     pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, th: u64, geo: &Layout) {
+        if let Some(e) = self.sec_extent.get_mut(&s) {
+            match u8::try_from(i + 2) {
+                Ok(v) => *e = (*e).max(v),
+                Err(_) => {
+                    self.sec_extent.remove(&s);
+                }
+            }
+        }
         let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(ci) = chains.get_mut(&g) {
             ci.note(s, i, fp, geo);
@@ -276,7 +307,7 @@ impl Accel {
             }
         }
         let mut m: HashMap<u32, u64> = HashMap::new();
-        for_each_secondary_slot(g, t, geo, pager, |s, i, blk, k| {
+        for_each_secondary_slot(self, g, t, geo, pager, |s, i, blk, k| {
             let h = tag_hash(seed, used_prefix(blk.slot(k)));
             note_tag_in(&mut m, h as u32, geo.secondary_start(s) + i as u64);
         })?;
@@ -313,7 +344,7 @@ impl Accel {
             }
         }
         let mut ci = ChainIndex::default();
-        for_each_secondary_slot(g, t, geo, pager, |s, i, blk, k| {
+        for_each_secondary_slot(self, g, t, geo, pager, |s, i, blk, k| {
             ci.note(s, i, blk.key_fp(k), geo)
         })?;
         let mut chains = self.chains.write().unwrap_or_else(|p| p.into_inner());

@@ -125,9 +125,12 @@ impl ChainWalk {
                         }
                     };
                 }
-                Pos::Secondary(s, i) if i < geo.blocks_per_secondary => {
+                Pos::Secondary(s, i)
+                    if i < ix.accel.secondary_extent(s, geo.blocks_per_secondary) =>
+                {
                     if i == 0 {
-                        pager.prefetch_headers(geo.secondary_start(s), geo.blocks_per_secondary);
+                        let n = ix.accel.secondary_extent(s, geo.blocks_per_secondary);
+                        pager.prefetch_headers(geo.secondary_start(s), n);
                     }
                     self.pos = Pos::Secondary(s, i + 1);
                     return Ok(Some(geo.secondary_start(s) + i as u64));
