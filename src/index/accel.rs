@@ -145,10 +145,10 @@ pub struct Accel {
     extent: Vec<AtomicU8>,
     /// Per secondary bucket linked into a chain during this session: 1 +
     /// the blocks up to and including the highest written since (slots are
-    /// taken first-free, so no tag lies past them). Absent: unknown, every
-    /// block is read. Saves reading (and page-faulting) the never-written
-    /// blocks of a sparse bucket.
-    sec_extent: HashMap<u32, u8>,
+    /// taken first-free, so no tag lies past them). 0 or past the end:
+    /// unknown, every block is read. Saves reading (and page-faulting) the
+    /// never-written blocks of a sparse bucket.
+    sec_extent: Vec<u8>,
     /// Chain indexes by global primary bucket.
     chains: RwLock<HashMap<u32, ChainIndex>>,
 }
@@ -166,7 +166,7 @@ impl Accel {
             extent: (0..primary)
                 .map(|g| AtomicU8::new(u8::from(empty(g))))
                 .collect(),
-            sec_extent: HashMap::new(),
+            sec_extent: Vec::new(),
             chains: RwLock::new(HashMap::new()),
         }
     }
@@ -174,16 +174,21 @@ impl Accel {
     /// Records that empty secondary bucket `s` was just linked into a chain:
     /// nothing is written in it yet (caller holds the write lock).
     pub fn linked_secondary(&mut self, s: u32) {
-        self.sec_extent.insert(s, 1);
+        let i = s as usize;
+        if self.sec_extent.len() <= i {
+            self.sec_extent.resize(i + 1, 0);
+        }
+        self.sec_extent[i] = 1;
     }
 
     /// Blocks of secondary bucket `s` worth reading: all of its `n` unless
     /// fewer are known to hold anything.
     #[inline]
     pub fn secondary_extent(&self, s: u32, n: u32) -> u32 {
-        self.sec_extent
-            .get(&s)
-            .map_or(n, |&e| (e as u32).saturating_sub(1).min(n))
+        match self.sec_extent.get(s as usize) {
+            Some(&e) if e != 0 => (e as u32 - 1).min(n),
+            _ => n,
+        }
     }
 
     /// Blocks of primary bucket `g` worth reading, learning it if unknown.
@@ -253,13 +258,9 @@ impl Accel {
     /// tag with key fingerprint `fp` and tag hash `th` (caller holds the
     /// write lock).
     pub fn wrote_secondary(&mut self, g: u32, s: u32, i: u32, fp: u16, th: u64, geo: &Layout) {
-        if let Some(e) = self.sec_extent.get_mut(&s) {
-            match u8::try_from(i + 2) {
-                Ok(v) => *e = (*e).max(v),
-                Err(_) => {
-                    self.sec_extent.remove(&s);
-                }
-            }
+        if let Some(e) = self.sec_extent.get_mut(s as usize).filter(|e| **e != 0) {
+            // Past what a byte holds: unknown again (every block is read).
+            *e = u8::try_from(i + 2).map_or(0, |v| (*e).max(v));
         }
         let chains = self.chains.get_mut().unwrap_or_else(|p| p.into_inner());
         if let Some(ci) = chains.get_mut(&g) {

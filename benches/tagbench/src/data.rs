@@ -317,6 +317,27 @@ impl Dataset {
         }
     }
 
+    /// Every distinct (subject, relationship) key of the base tags once, in
+    /// an order shuffled by `seed` (FIND by subject of every key).
+    pub fn every_subject_key(&self, seed: u64) -> Vec<(&str, &str)> {
+        let mut keys: Vec<(&str, &str)> = self
+            .subject_key_counts
+            .keys()
+            .map(|&(r, s)| {
+                (
+                    self.subjects[s as usize].as_str(),
+                    self.rels[r as usize].as_str(),
+                )
+            })
+            .collect();
+        keys.sort_unstable();
+        let mut rng = Rng::new(seed);
+        for i in (1..keys.len()).rev() {
+            keys.swap(i, rng.below(i + 1));
+        }
+        keys
+    }
+
     /// A subject index: Zipf for synthetic data, tag-weighted for loaded data.
     pub fn sample_subject(&self, rng: &mut Rng) -> usize {
         match &self.draw {

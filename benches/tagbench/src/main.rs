@@ -671,21 +671,7 @@ fn compare(args: &Args) -> Result<()> {
 
     // FIND by subject of every distinct (relationship, subject) key once,
     // in a shuffled order: the small keys weigh as much as the peaks.
-    let mut every: Vec<(&str, &str)> = ds
-        .subject_key_counts
-        .keys()
-        .map(|&(r, s)| {
-            (
-                ds.subjects[s as usize].as_str(),
-                ds.rels[r as usize].as_str(),
-            )
-        })
-        .collect();
-    every.sort_unstable();
-    let mut shuffle = Rng::new(args.seed ^ 0xE7E7);
-    for i in (1..every.len()).rev() {
-        every.swap(i, shuffle.below(i + 1));
-    }
+    let every = ds.every_subject_key(args.seed ^ 0xE7E7);
     eprintln!("{} FINDs by subject, every distinct key once", every.len());
     let mut acc = accs(ne);
     b.rounds(every.len(), 5_000, |i, e, r| {

@@ -14,7 +14,7 @@ mod report;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use data::{Dataset, Rng};
+use data::Dataset;
 use std::path::PathBuf;
 use std::time::Instant;
 use tagstore::{CreateOptions, Store};
@@ -65,21 +65,7 @@ fn main() -> Result<()> {
             store.close()?;
         }
     }
-    let mut keys: Vec<(&str, &str)> = ds
-        .subject_key_counts
-        .keys()
-        .map(|&(r, s)| {
-            (
-                ds.subjects[s as usize].as_str(),
-                ds.rels[r as usize].as_str(),
-            )
-        })
-        .collect();
-    keys.sort_unstable();
-    let mut rng = Rng::new(7);
-    for i in (1..keys.len()).rev() {
-        keys.swap(i, rng.below(i + 1));
-    }
+    let keys = ds.every_subject_key(7);
     for pass in 0..args.passes {
         let store = match loaded.take() {
             Some(s) => s,
