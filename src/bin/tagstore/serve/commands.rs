@@ -30,12 +30,6 @@ pub struct Effect {
     pub close: bool,
 }
 
-/// True when the request is a write (`SADD`, `SREM`), known before it runs.
-pub fn writes(args: &[Vec<u8>]) -> bool {
-    args.first()
-        .is_some_and(|n| n.eq_ignore_ascii_case(b"sadd") || n.eq_ignore_ascii_case(b"srem"))
-}
-
 /// Runs one request and appends its reply to `out`.
 pub fn execute(
     ctx: &Context<'_>,

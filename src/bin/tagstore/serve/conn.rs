@@ -1,19 +1,19 @@
-//! One client connection, on its own thread: read what the client sent,
-//! run every whole request in it, commit once (`on-sync`), then send the
-//! replies in order.
+//! One client connection of the event loop: the bytes read and not yet run,
+//! the replies not yet sent, and the steps of a turn (read, run, release
+//! after the commit, send).
 
 use super::commands::{self, Context, Session};
 use super::resp::{self, Limits, Parsed, ProtocolError};
 use super::server::Config;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
-use tagstore::Store;
+use std::time::Instant;
 
-/// Bytes asked for per read.
-const READ_CHUNK: usize = 64 * 1024;
-/// Replies held back before they are sent mid-batch (after a commit).
-const FLUSH_AT: usize = 1 << 20;
+/// Most bytes read from one connection in one turn (others get their turn).
+const READ_PER_TURN: usize = 1 << 20;
+/// Unsent replies at which a connection's requests wait for the client to
+/// read (and the connection is not read from meanwhile).
+pub const FLUSH_AT: usize = 1 << 20;
 /// Before AUTH (with a password set) a request is held to what AUTH needs,
 /// as Redis does: at most 10 arguments and 16 KiB.
 const BEFORE_AUTH: Limits = Limits {
@@ -21,135 +21,213 @@ const BEFORE_AUTH: Limits = Limits {
     max_args: 10,
 };
 
-/// Serves one client until it leaves, sends `QUIT` or a malformed request,
-/// stops reading its replies for longer than the write timeout, or the
-/// server stops (its reading side is shut down). Takes the store by value
-/// so that the handle is released before the connection is deregistered.
-pub fn serve(mut stream: TcpStream, store: Arc<Store>, cfg: &Config) {
-    let _ = stream.set_nodelay(true);
-    if stream.set_write_timeout(Some(cfg.write_timeout)).is_err() {
-        return;
+/// A client's connection and its buffers.
+pub struct Conn {
+    pub stream: TcpStream,
+    peer: String,
+    session: Session,
+    /// Bytes read and not yet run (at most the start of one request, unless
+    /// `backlog`).
+    input: Vec<u8>,
+    /// Replies; `out[sent..]` is not yet written to the socket.
+    out: Vec<u8>,
+    sent: usize,
+    /// `out[held..]` acknowledges writes of this turn not yet committed.
+    held: Option<usize>,
+    /// Whole requests wait in `input` because the replies reached `FLUSH_AT`.
+    backlog: bool,
+    /// Nothing more is read: the client closed its side, or the server stops.
+    eof: bool,
+    /// Close once the replies are sent (`QUIT`, a protocol error, a failed commit).
+    closing: bool,
+    /// The socket failed: drop without sending.
+    dead: bool,
+    /// When replies last made progress (or became pending).
+    progress: Instant,
+}
+
+impl Conn {
+    /// A new connection, authenticated when no password is set.
+    pub fn new(stream: TcpStream, cfg: &Config) -> Conn {
+        let peer = stream
+            .peer_addr()
+            .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+        Conn {
+            stream,
+            peer,
+            session: Session {
+                authed: cfg.password.is_none(),
+            },
+            input: Vec::new(),
+            out: Vec::new(),
+            sent: 0,
+            held: None,
+            backlog: false,
+            eof: false,
+            closing: false,
+            dead: false,
+            progress: Instant::now(),
+        }
     }
-    let peer = stream
-        .peer_addr()
-        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
-    let ctx = Context {
-        store: &store,
-        password: cfg.password.as_deref(),
-    };
-    let mut session = Session {
-        authed: cfg.password.is_none(),
-    };
-    let mut conn = Conn {
-        stream: &mut stream,
-        store: &store,
-        commit_batches: cfg.commit_batches,
-        out: Vec::new(),
-        pending: false,
-    };
-    let mut buf: Vec<u8> = Vec::new();
-    let mut chunk = vec![0u8; READ_CHUNK];
-    loop {
-        let n = match conn.stream.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return,
-        };
-        buf.extend_from_slice(&chunk[..n]);
+
+    fn unsent(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Wants to read: open, and not held back by unsent replies or a backlog.
+    pub fn wants_read(&self) -> bool {
+        !(self.eof || self.closing || self.dead || self.backlog) && self.unsent() < FLUSH_AT
+    }
+
+    /// Has replies waiting for the socket to take them.
+    pub fn wants_write(&self) -> bool {
+        !self.dead && self.unsent() > 0
+    }
+
+    /// Has whole requests to run as soon as its replies drain.
+    pub fn runnable(&self) -> bool {
+        self.backlog && !self.closing && self.unsent() < FLUSH_AT
+    }
+
+    /// Stops reading (the server stops): what was read is still answered.
+    pub fn stop_reading(&mut self) {
+        self.eof = true;
+    }
+
+    /// Reads what the socket has, up to `READ_PER_TURN`.
+    pub fn read(&mut self, chunk: &mut [u8]) {
+        let mut got = 0;
+        while got < READ_PER_TURN && self.wants_read() {
+            match self.stream.read(chunk) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    self.input.extend_from_slice(&chunk[..n]);
+                    got += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.dead = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs every whole request read, in order, appending replies; true if
+    /// one of them wrote to the store. `commit` marks the replies after the
+    /// turn's first write as held until the commit.
+    pub fn run(&mut self, ctx: &Context<'_>, cfg: &Config, commit: bool) -> bool {
+        self.backlog = false;
+        if self.closing || self.dead {
+            return false;
+        }
+        let was_idle = self.unsent() == 0;
         let mut used = 0;
-        let mut close = false;
-        // Held from the batch's first write to its end (never while the
-        // socket is written): see `Config::write_gate`.
-        let mut gate = None;
-        while !close {
-            let lim = if session.authed {
+        let mut wrote = false;
+        while !self.closing {
+            if self.unsent() >= FLUSH_AT {
+                self.backlog = used < self.input.len();
+                break;
+            }
+            let lim = if self.session.authed {
                 &cfg.limits
             } else {
                 &BEFORE_AUTH
             };
-            match resp::parse(&buf[used..], lim) {
+            match resp::parse(&self.input[used..], lim) {
                 Ok(Parsed::Incomplete) => break,
                 Ok(Parsed::Skip(k)) => used += k,
                 Ok(Parsed::Request(args, k)) => {
                     used += k;
-                    if gate.is_none() && commands::writes(&args) {
-                        gate = Some(cfg.write_gate.lock().unwrap_or_else(|p| p.into_inner()));
+                    let before = self.out.len();
+                    let e = commands::execute(ctx, &mut self.session, &args, &mut self.out);
+                    if e.wrote && commit && self.held.is_none() {
+                        self.held = Some(before);
                     }
-                    let e = commands::execute(&ctx, &mut session, &args, &mut conn.out);
-                    conn.pending |= e.wrote;
-                    close = e.close;
-                    if conn.out.len() >= FLUSH_AT {
-                        gate = None;
-                        if !conn.flush(&peer, cfg) {
-                            return;
-                        }
-                    }
+                    wrote |= e.wrote;
+                    self.closing = e.close;
                 }
                 Err(ProtocolError(m)) => {
-                    resp::error(&mut conn.out, &format!("ERR {m}"));
-                    close = true;
+                    resp::error(&mut self.out, &format!("ERR {m}"));
+                    self.closing = true;
                 }
             }
         }
-        drop(gate);
-        buf.drain(..used);
-        if !conn.flush(&peer, cfg) || close {
-            return;
+        self.input.drain(..used);
+        if was_idle && self.unsent() > 0 {
+            self.progress = Instant::now();
+        }
+        if self.closing {
+            self.input = Vec::new();
+        }
+        wrote
+    }
+
+    /// The turn's commit succeeded: the held replies may go.
+    pub fn release(&mut self) {
+        self.held = None;
+    }
+
+    /// The turn's commit failed: the replies that would acknowledge its
+    /// writes are replaced by the error, and the connection closes.
+    pub fn commit_failed(&mut self, why: &str) {
+        if let Some(h) = self.held.take() {
+            self.out.truncate(h.max(self.sent));
+            resp::error(
+                &mut self.out,
+                &format!("ERR commit failed, the writes of this batch may be lost: {why}"),
+            );
+            self.closing = true;
         }
     }
-}
 
-/// The writing side of a connection: replies not yet sent, and whether
-/// they acknowledge writes not yet committed.
-struct Conn<'a> {
-    stream: &'a mut TcpStream,
-    store: &'a Store,
-    /// `on-sync`: commit before any reply that follows a write.
-    commit_batches: bool,
-    out: Vec<u8>,
-    /// Writes since the last commit.
-    pending: bool,
-}
-
-impl Conn<'_> {
-    /// Commits the batch's writes (`on-sync`), then sends the replies; false
-    /// when the connection is to be dropped.
-    fn flush(&mut self, peer: &str, cfg: &Config) -> bool {
-        if self.pending && self.commit_batches {
-            self.pending = false;
-            if let Err(e) = self.store.sync() {
-                // The replies would acknowledge writes that are not durable:
-                // send none of them, say why, and close.
-                self.out.clear();
-                resp::error(
-                    &mut self.out,
-                    &format!("ERR commit failed, the writes of this batch may be lost: {e}"),
-                );
-                let _ = self.stream.write_all(&self.out);
-                return false;
+    /// Writes what the socket takes of the replies (none while held).
+    pub fn send(&mut self) {
+        if self.held.is_some() || self.dead {
+            return;
+        }
+        while self.unsent() > 0 {
+            match self.stream.write(&self.out[self.sent..]) {
+                Ok(0) => {
+                    self.dead = true;
+                    return;
+                }
+                Ok(n) => {
+                    self.sent += n;
+                    self.progress = Instant::now();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.dead = true;
+                    return;
+                }
             }
         }
-        if self.out.is_empty() {
+        self.out.clear();
+        self.sent = 0;
+        self.progress = Instant::now();
+    }
+
+    /// Done: failed, or closing or at its end with every reply sent.
+    /// A client whose replies made no progress for the write timeout is
+    /// dropped (and said so on stderr).
+    pub fn finished(&self, cfg: &Config, now: Instant) -> bool {
+        if self.dead {
             return true;
         }
-        let r = self.stream.write_all(&self.out);
-        self.out.clear();
-        match r {
-            Ok(()) => true,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
+        if self.unsent() > 0 {
+            let stuck = now.duration_since(self.progress) > cfg.write_timeout;
+            if stuck {
                 eprintln!(
-                    "tagstore serve: dropped client {peer}: it read no reply for {} s",
+                    "tagstore serve: dropped client {}: it read no reply for {} s",
+                    self.peer,
                     cfg.write_timeout.as_secs_f64()
                 );
-                false
             }
-            Err(_) => false,
+            return stuck;
         }
+        self.closing || (self.eof && !self.backlog && self.held.is_none())
     }
 }

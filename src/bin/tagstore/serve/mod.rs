@@ -29,7 +29,6 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use tagstore::{CreateOptions, Error, Store};
 
 /// Arguments of `tagstore serve`.
@@ -94,49 +93,33 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         .map_err(|e| Fail::Error(format!("listening socket: {e}")))?;
     let store = open_or_create(&a.store, a.half_only)?;
     store.set_counting(a.counts);
-    if let Err(e) = store.set_durability(a.durability.into()) {
+    // The loop commits once per turn, before any reply that acknowledges a
+    // write of that turn: `immediate` and `on-sync` both run the store in
+    // `OnSync` (DESIGN.md §15.3).
+    let mode = match a.durability {
+        DurabilityArg::None => tagstore::Durability::None,
+        DurabilityArg::Immediate | DurabilityArg::OnSync => tagstore::Durability::OnSync,
+    };
+    if let Err(e) = store.set_durability(mode) {
         let _ = store.close();
         return Err(e.into());
     }
-    let cfg = Arc::new(server::Config {
+    let cfg = server::Config {
         password: a.requirepass.map(String::into_bytes),
         limits: resp::Limits {
             max_request_bytes: usize::try_from(a.max_request_bytes).unwrap_or(usize::MAX),
             max_args: MAX_ARGS,
         },
-        commit_batches: matches!(a.durability, DurabilityArg::OnSync),
+        commit: !matches!(a.durability, DurabilityArg::None),
         max_clients: usize::try_from(a.max_clients).unwrap_or(usize::MAX),
         write_timeout: a.write_timeout.0,
-        write_gate: std::sync::Mutex::new(()),
-    });
+    };
     let mut stdout = std::io::stdout();
     if let Err(e) = writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush()) {
         let _ = store.close();
         return Err(Fail::Error(format!("writing to stdout: {e}")));
     }
-    let store = Arc::new(store);
     let served = server::run(listener, &store, &cfg);
-    // Every connection has ended and dropped its handle; a thread may still
-    // be unwinding its last frame, so give it a moment.
-    let mut store = store;
-    let mut tries = 0;
-    let store = loop {
-        match Arc::try_unwrap(store) {
-            Ok(s) => break s,
-            Err(_) if tries == 1000 => {
-                return Err(Fail::Error(format!(
-                    "{}: a connection still holds the store after 10 s; not closed \
-                     cleanly (the next open recovers it)",
-                    a.store.display()
-                )))
-            }
-            Err(s) => {
-                store = s;
-                tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-        }
-    };
     let closed = store.close();
     served.map_err(|e| Fail::Error(format!("serving: {e}")))?;
     closed.map_err(|e| {

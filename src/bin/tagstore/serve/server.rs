@@ -1,15 +1,15 @@
-//! The accept loop: a thread per connection, the client limit, and a clean
-//! stop on SIGTERM or SIGINT.
+//! The event loop: one thread polls the listener and every connection,
+//! runs what each sent, commits once per turn, then sends the replies; the
+//! client limit; a clean stop on SIGTERM or SIGINT.
 
-use super::conn;
+use super::commands::Context;
+use super::conn::Conn;
 use super::resp::Limits;
-use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tagstore::Store;
 
 /// The server's settings.
@@ -18,17 +18,13 @@ pub struct Config {
     pub password: Option<Vec<u8>>,
     /// `--max-request-bytes` and the argument limit.
     pub limits: Limits,
-    /// `--durability on-sync`: one commit per batch, before its replies.
-    pub commit_batches: bool,
+    /// `--durability on-sync` or `immediate`: one commit per turn, before
+    /// the replies that acknowledge its writes.
+    pub commit: bool,
     /// `--max-clients`.
     pub max_clients: usize,
     /// How long a reply may wait for the client to read before the client is dropped.
     pub write_timeout: Duration,
-    /// Taken by a connection for the writes of one batch: the store
-    /// serialises writers anyway, and contending for its lock once per batch
-    /// instead of once per write spares dozens of threads a sleep and a
-    /// wake-up per request (DESIGN.md §15.2).
-    pub write_gate: Mutex<()>,
 }
 
 /// Set by SIGTERM and SIGINT.
@@ -39,7 +35,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 /// Installs the handler, without `SA_RESTART`, so that a signal also wakes
-/// the accept loop's `poll` at once.
+/// the loop's `poll` at once.
 fn install_signals() -> io::Result<()> {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: a zeroed sigaction with an empty mask and a handler that
@@ -57,142 +53,135 @@ fn install_signals() -> io::Result<()> {
     Ok(())
 }
 
-/// Waits up to `ms` for a connection to accept (or a signal).
-fn wait_readable(listener: &TcpListener, ms: i32) {
-    let mut fd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    unsafe { libc::poll(&mut fd, 1, ms) };
-}
+/// Longest wait in `poll` between looks at the stop flag and the write timeouts.
+const TICK_MS: i32 = 200;
+/// How long a stopping server keeps sending replies before it closes anyway.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
-/// The open connections: a handle on each to stop its reading, and a
-/// signal when one ends.
-#[derive(Default)]
-struct Clients {
-    open: Mutex<HashMap<u64, TcpStream>>,
-    ended: Condvar,
-}
-
-impl Clients {
-    fn lock(&self) -> MutexGuard<'_, HashMap<u64, TcpStream>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// Removes its connection from [`Clients`] when the connection's thread ends.
-struct Registration {
-    clients: Arc<Clients>,
-    id: u64,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        self.clients.lock().remove(&self.id);
-        self.clients.ended.notify_all();
-    }
-}
-
-/// Accepts connections until SIGTERM or SIGINT, then stops every
-/// connection's reading (each finishes and answers the batch in hand) and
-/// returns once all have ended and released the store.
-pub fn run(listener: TcpListener, store: &Arc<Store>, cfg: &Arc<Config>) -> io::Result<()> {
+/// Serves until SIGTERM or SIGINT, then stops reading, answers (and
+/// commits) what was read, and returns once every connection has ended.
+pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()> {
     install_signals()?;
     listener.set_nonblocking(true)?;
-    let clients = Arc::new(Clients::default());
-    let mut next_id = 0u64;
-    while !STOP.load(Ordering::SeqCst) {
-        wait_readable(&listener, 200);
+    let ctx = Context {
+        store,
+        password: cfg.password.as_deref(),
+    };
+    let mut listener = Some(listener);
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    let mut stopping: Option<Instant> = None;
+    loop {
+        if stopping.is_none() && STOP.load(Ordering::SeqCst) {
+            stopping = Some(Instant::now());
+            listener = None;
+            conns.iter_mut().for_each(Conn::stop_reading);
+        }
+        if let Some(t) = stopping {
+            if conns.is_empty() || t.elapsed() > STOP_GRACE {
+                return Ok(());
+            }
+        }
+        // Wait for something to do.
+        fds.clear();
+        if let Some(l) = &listener {
+            fds.push(pollfd(l.as_raw_fd(), libc::POLLIN));
+        }
+        let first = fds.len();
+        for c in &conns {
+            let mut ev = 0;
+            if c.wants_read() {
+                ev |= libc::POLLIN;
+            }
+            if c.wants_write() {
+                ev |= libc::POLLOUT;
+            }
+            fds.push(pollfd(c.stream.as_raw_fd(), ev));
+        }
+        let wait = if conns.iter().any(Conn::runnable) {
+            0
+        } else {
+            TICK_MS
+        };
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfds for the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, wait) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+            continue;
+        }
+        // Read from every connection that has bytes (or an end) for us.
+        for (c, fd) in conns.iter_mut().zip(&fds[first..]) {
+            if fd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                c.read(&mut chunk);
+            }
+        }
+        // Run what they sent, in order per connection; one commit for all.
+        let mut wrote = false;
+        for c in &mut conns {
+            wrote |= c.run(&ctx, cfg, cfg.commit);
+        }
+        if wrote && cfg.commit {
+            match store.sync() {
+                Ok(()) => conns.iter_mut().for_each(Conn::release),
+                Err(e) => {
+                    let why = e.to_string();
+                    conns.iter_mut().for_each(|c| c.commit_failed(&why));
+                }
+            }
+        }
+        for c in &mut conns {
+            c.send();
+        }
+        let now = Instant::now();
+        conns.retain(|c| !c.finished(cfg, now));
+        // New connections join the next turn.
+        if first == 1 && fds[0].revents & libc::POLLIN != 0 {
+            if let Some(l) = &listener {
+                accept_all(l, &mut conns, cfg);
+            }
+        }
+    }
+}
+
+fn pollfd(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+/// Accepts every waiting connection, refusing those past the client limit.
+fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>, cfg: &Config) {
+    loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue
-            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) => {
-                // Out of descriptors and the like: say so, and back off.
+                // Out of descriptors and the like: say so; the next turn retries.
                 eprintln!("tagstore serve: accept: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
+                return;
             }
         };
-        next_id += 1;
-        admit(stream, next_id, &clients, store, cfg);
-    }
-    drop(listener);
-    stop_all(&clients);
-    Ok(())
-}
-
-/// Starts a connection's thread, or refuses it when the server is full.
-fn admit(
-    mut stream: TcpStream,
-    id: u64,
-    clients: &Arc<Clients>,
-    store: &Arc<Store>,
-    cfg: &Arc<Config>,
-) {
-    let refuse = |stream: &mut TcpStream, why: &str| {
-        let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = stream.write_all(format!("-ERR {why}\r\n").as_bytes());
-    };
-    if stream.set_nonblocking(false).is_err() {
-        return;
-    }
-    {
-        let mut open = clients.lock();
-        if open.len() >= cfg.max_clients {
-            drop(open);
-            return refuse(&mut stream, "max number of clients reached");
+        if conns.len() >= cfg.max_clients {
+            refuse(stream, "max number of clients reached");
+            continue;
         }
-        match stream.try_clone() {
-            Ok(handle) => open.insert(id, handle),
-            Err(_) => return,
-        };
-    }
-    let registration = Registration {
-        clients: Arc::clone(clients),
-        id,
-    };
-    let (store, cfg2) = (Arc::clone(store), Arc::clone(cfg));
-    let mut spare = stream.try_clone().ok();
-    let spawned = std::thread::Builder::new()
-        .name(format!("client-{id}"))
-        .spawn(move || {
-            let _registration = registration;
-            conn::serve(stream, store, &cfg2);
-        });
-    if let (Err(e), Some(s)) = (spawned, spare.as_mut()) {
-        // The closure (and its registration) was dropped with the error.
-        refuse(s, &format!("cannot start a thread for this client: {e}"));
+        if stream.set_nonblocking(true).is_err() {
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        conns.push(Conn::new(stream, cfg));
     }
 }
 
-/// Shuts down every connection's reading side, so each ends after
-/// answering what it has read; after 5 s, also their writing side.
-fn stop_all(clients: &Clients) {
-    let mut open = clients.lock();
-    for s in open.values() {
-        let _ = s.shutdown(Shutdown::Read);
-    }
-    let mut forced = false;
-    while !open.is_empty() {
-        let (guard, timeout) = clients
-            .ended
-            .wait_timeout(open, Duration::from_secs(5))
-            .unwrap_or_else(|p| p.into_inner());
-        open = guard;
-        if timeout.timed_out() && !forced {
-            forced = true;
-            for s in open.values() {
-                let _ = s.shutdown(Shutdown::Both);
-            }
-        }
-    }
+/// Tells a client it cannot be served, and closes its connection.
+fn refuse(mut stream: TcpStream, why: &str) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.write_all(format!("-ERR {why}\r\n").as_bytes());
 }
