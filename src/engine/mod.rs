@@ -32,7 +32,7 @@ use crate::pager::{
     MappedFile, Pager,
 };
 use crate::side::{remove_if_present, resolve, temporaries};
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

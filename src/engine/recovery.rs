@@ -10,7 +10,7 @@ use crate::format::{
 };
 use crate::index::{Tables, TABLE_MAGIC};
 use crate::pager::MappedFile;
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 /// The blocks the operation recorded in the intent block leaves once
 /// redone (`overlay`'s image of a block, when it has one, else the file's),

@@ -21,7 +21,7 @@ use crate::format::hash::tag_hash;
 use crate::format::tag::used_prefix;
 use crate::format::{BlockRef, Layout};
 use crate::pager::Pager;
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::RwLock;
 

@@ -2,8 +2,8 @@
 
 use crate::error::{Error, Result};
 use crate::format::BLOCK_SIZE;
+use foldhash::HashMap;
 use memmap2::{Mmap, MmapMut, MmapOptions};
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

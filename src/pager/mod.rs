@@ -25,7 +25,7 @@ pub use write::Identity;
 
 use crate::error::{Error, Result};
 use crate::format::{prefetch, BlockRef, Layout, BLOCK_SIZE};
-use std::collections::{HashMap, HashSet};
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use super::journal::{journal_path, starts_with_commit, Commit, Journal};
 use crate::error::{Error, Result};
 use crate::format::superblock::PRIMARY_BASE;
 use crate::format::{BlockRef, Layout, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::path::Path;
 
 /// Block images by block number, kept in memory.

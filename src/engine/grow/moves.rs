@@ -7,7 +7,7 @@ use crate::format::hash::{key_hash, tag_hash};
 use crate::format::tag::{decode, used_prefix};
 use crate::format::{BlockAt, BlockRef, Half, Layout, SlotAddr, SlotBytes, NONE};
 use crate::index::{ChainWalk, Found};
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 
 /// One tag on its way out of a chain (or out of the chain's tail).
 pub(super) struct Moving {

@@ -7,7 +7,7 @@ use super::moves::Moving;
 use crate::error::{Error, Result};
 use crate::format::{Layout, SlotAddr, SlotBytes, NONE, SLOTS_PER_BLOCK};
 use crate::index::filter_add;
-use std::collections::HashSet;
+use foldhash::{HashSet, HashSetExt};
 
 impl State {
     /// Refills the primary bucket of chain `g`, emptied by a split, with the

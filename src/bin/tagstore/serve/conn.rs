@@ -103,6 +103,10 @@ impl Conn {
                 Ok(n) => {
                     self.input.extend_from_slice(&chunk[..n]);
                     got += n;
+                    if n < chunk.len() {
+                        // Most likely all there was; `poll` says if more comes.
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
