@@ -6,8 +6,9 @@
 //!   a store write;
 //! * `commands.rs`: command dispatch; `sscan.rs`: the SSCAN cursor and glob;
 //!   `scan.rs`: SCAN, the keys a store's tags make (an extension);
-//! * `conn.rs`: one connection (batches, commit, replies);
-//! * `server.rs`: accept loop, client limit, signals.
+//! * `conn.rs`: one connection's buffers and the steps of a turn;
+//! * `server.rs`: the event loop (poll, one commit per turn), client
+//!   limit, signals.
 //!
 //! Nothing a client sends may panic the server: no `unwrap` or `expect`
 //! outside tests.
@@ -52,9 +53,9 @@ pub struct ServeArgs {
     /// error that closes the connection.
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(64..=1 << 30))]
     max_request_bytes: u64,
-    /// When writes become durable: `immediate` (before each reply),
-    /// `on-sync` (one commit per pipelined batch, before its replies), or
-    /// `none` (at close; survives kill -9, not power loss).
+    /// When writes become durable: `immediate` or `on-sync` (before their
+    /// replies: one commit per turn of the event loop, shared by every
+    /// connection), or `none` (at close; survives kill -9, not power loss).
     #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
     durability: DurabilityArg,
     /// Drop a client that has not read its replies for this long (seconds).
