@@ -5,6 +5,7 @@
 pub mod block;
 pub mod bytes;
 pub mod crc;
+pub mod delta;
 pub mod geometry;
 pub mod hash;
 pub mod intent;

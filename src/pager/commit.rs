@@ -1,8 +1,10 @@
 //! Durability: the modes, block copies for the journaled modes, commits and checkpoints.
 
-use super::group::Group;
+use super::group::{Group, Staged};
 use super::Pager;
 use crate::error::{Error, Result};
+use crate::format::delta;
+use crate::format::superblock::PRIMARY_BASE;
 use std::sync::Arc;
 
 /// When changes become durable (survive a power cut).
@@ -42,6 +44,10 @@ pub type SyncHook = Box<dyn FnMut(SyncPoint) + Send + Sync>;
 /// Journal size past which a commit also checkpoints (flushes the store file
 /// and empties the journal).
 pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
+
+/// Blocks in a durable batch past which it is copied into the store file
+/// through the map rather than by `pwrite`.
+const APPLY_BY_MAP: usize = 32;
 
 impl Pager {
     /// The durability mode.
@@ -118,12 +124,36 @@ impl Pager {
             return Ok(Some(self.group.last_staged()));
         }
         let mut blocks = Vec::with_capacity(self.dirty.len());
-        for n in self.dirty.drain() {
-            if let Some(img) = self.overlay.get(&n) {
-                blocks.push((n, img.clone()));
-            }
+        let dirty: Vec<u64> = self.dirty.drain().collect();
+        for n in dirty {
+            let Some(img) = self.overlay.get(&n) else {
+                continue;
+            };
+            // A delta when the round holds an image of the block and the
+            // store file holds its last journaled version (no stage of it
+            // waits to be applied); else the whole image.
+            let delta = if self.imaged.contains(&n)
+                && self
+                    .staged_in
+                    .get(&n)
+                    .is_none_or(|s| *s <= self.applied_top)
+            {
+                let mut d = Vec::new();
+                delta::encode(self.file.block(n)?, img, &mut d);
+                Some(d)
+            } else {
+                if n >= PRIMARY_BASE {
+                    self.imaged.insert(n);
+                }
+                None
+            };
+            blocks.push(Staged {
+                n,
+                image: img.clone(),
+                delta,
+            });
         }
-        let names: Vec<u64> = blocks.iter().map(|(n, _)| *n).collect();
+        let names: Vec<u64> = blocks.iter().map(|b| b.n).collect();
         let stage = self.group.stage(blocks);
         for n in names {
             self.staged_in.insert(n, stage);
@@ -139,8 +169,19 @@ impl Pager {
             return Ok(());
         }
         for (top, blocks) in done {
+            self.applied_top = self.applied_top.max(top);
+            // A small commit is copied in with `pwrite` (no write-protect
+            // fault on a clean page, which threads committing at once
+            // contend for); a large one through the map (a syscall per block
+            // cost more than the faults: 100 k SADDs at -P 16 through `serve
+            // --durability immediate` ran 1.31-1.35x faster).
+            let by_map = blocks.len() > APPLY_BY_MAP;
             for (n, img) in &blocks {
-                self.file.write_block(*n, img)?;
+                if by_map {
+                    self.file.block_mut(*n)?.copy_from_slice(img);
+                } else {
+                    self.file.write_block(*n, img)?;
+                }
                 self.mark_verified(*n);
                 if !self.dirty.contains(n) && self.staged_in.get(n).is_some_and(|s| *s <= top) {
                     self.overlay.remove(n);
@@ -174,6 +215,13 @@ impl Pager {
     /// Flushes the store file and empties the journal.
     pub fn checkpoint(&mut self) -> Result<()> {
         let group = Arc::clone(&self.group);
+        // Every stage into the round being closed (other threads' too: none
+        // can stage while this one holds the store's lock), so that a delta
+        // never lands in the next round, which holds no image to apply it to.
+        let last = group.last_staged();
+        if last > 0 {
+            group.wait(last)?;
+        }
         let mut s = group.lock_sync();
         // Every durable batch into the file first: the journal forgets them.
         self.apply_durable()?;
@@ -182,6 +230,7 @@ impl Pager {
         if let Some(j) = s.journal.as_mut() {
             j.reset()?;
         }
+        self.imaged.clear();
         group.note_len(&s);
         Ok(())
     }
@@ -194,6 +243,7 @@ impl Pager {
             j.reset()?;
             j.remove()?;
         }
+        self.imaged.clear();
         group.note_len(&s);
         Ok(())
     }

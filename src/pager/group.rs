@@ -13,7 +13,7 @@
 //! thread holding `sync` never waits for the store's lock.
 
 use super::commit::{SyncPoint, CHECKPOINT_BYTES};
-use super::journal::{journal_path, starts_with_commit, Journal};
+use super::journal::{journal_path, starts_with_commit, Change, Journal};
 use super::SyncHook;
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
@@ -24,11 +24,19 @@ use std::sync::{Mutex, MutexGuard};
 /// Block images by block number.
 pub(super) type Blocks = Vec<(u64, Box<[u8]>)>;
 
-/// Stage numbers and block images staged, not yet written to the journal.
+/// One block staged: its image and, when the journal's round already holds
+/// an image of the block, the delta from its previous version.
+pub(super) struct Staged {
+    pub n: u64,
+    pub image: Box<[u8]>,
+    pub delta: Option<Vec<u8>>,
+}
+
+/// Stage numbers and blocks staged, not yet written to the journal.
 #[derive(Default)]
 struct Queue {
     last: u64,
-    staged: Vec<(u64, Blocks)>,
+    staged: Vec<(u64, Vec<Staged>)>,
 }
 
 /// The journal and what it has made durable.
@@ -81,7 +89,7 @@ impl Group {
     }
 
     /// Queues `blocks` for the journal; returns their stage number.
-    pub(super) fn stage(&self, blocks: Blocks) -> u64 {
+    pub(super) fn stage(&self, blocks: Vec<Staged>) -> u64 {
         let mut q = guard(&self.queue);
         q.last += 1;
         let n = q.last;
@@ -108,24 +116,33 @@ impl Group {
         let Some(top) = batch.last().map(|b| b.0) else {
             return Err(Error::corrupt(format!("stage {n} was never queued")));
         };
-        // Later images of a block replace earlier ones: one image each, in block order.
-        let mut last: BTreeMap<u64, Box<[u8]>> = BTreeMap::new();
+        // Later versions of a block replace earlier ones: one entry each, in
+        // block order. A block staged twice is written whole (each delta
+        // holds only its own stage's change).
+        let mut last: BTreeMap<u64, Staged> = BTreeMap::new();
         for (_, blocks) in batch {
-            last.extend(blocks);
+            for b in blocks {
+                let n = b.n;
+                if last.insert(n, b).is_some() {
+                    if let Some(b) = last.get_mut(&n) {
+                        b.delta = None;
+                    }
+                }
+            }
         }
-        let merged: Blocks = last.into_iter().collect();
-        if let Err(e) = self.append(&mut s, &merged) {
+        if let Err(e) = self.append(&mut s, &last) {
             self.failed.store(true, Ordering::Relaxed);
             return Err(e);
         }
         self.note_len(&s);
         s.durable = top;
+        let merged: Blocks = last.into_values().map(|b| (b.n, b.image)).collect();
         guard(&self.done).push((top, merged));
         self.hook(SyncPoint::JournalSynced);
         Ok(())
     }
 
-    fn append(&self, s: &mut Syncer, blocks: &Blocks) -> Result<()> {
+    fn append(&self, s: &mut Syncer, blocks: &BTreeMap<u64, Staged>) -> Result<()> {
         if s.journal.is_none() {
             // Open already replayed any pending journal; what is left is
             // stale (another store's, or one left before `create`): start over.
@@ -136,7 +153,11 @@ impl Group {
             s.journal = Some(j);
         }
         match s.journal.as_mut() {
-            Some(j) => j.append(blocks.iter().map(|(n, b)| (*n, &b[..]))),
+            Some(j) => j.append(blocks.values().map(|b| Change {
+                block: b.n,
+                image: &b.image,
+                delta: b.delta.as_deref(),
+            })),
             None => Err(Error::corrupt("journal missing")),
         }
     }

@@ -17,29 +17,33 @@
 //! a fresh random salt at offset 0; what lies past the round's last commit
 //! (zeros, or an older round's commits) fails the salt or sequence check.
 //!
-//! Commit layout, version 2 (little-endian):
+//! Commit layout, version 3 (little-endian):
 //!
 //! | off | len | field |
 //! |-----|-----|-------|
 //! | 0 | 4 | magic `TJNL` |
-//! | 4 | 4 | journal format version (2) |
+//! | 4 | 4 | journal format version (3) |
 //! | 8 | 8 | store hash seed (a journal of another store is ignored) |
 //! | 16 | 8 | commit sequence number, consecutive from the round's first commit |
-//! | 24 | 4 | block count `n` |
+//! | 24 | 4 | entry count `n` |
 //! | 28 | 4 | round salt (every commit of a round the same, never zero) |
 //! | 32 | 4 | body length `L` in bytes |
 //! | 36 | 4 | reserved, zero |
-//! | 40 | `L` | `n` entries: block number u64, encoded length u32, the image zero-run encoded (`format::zero_runs`) |
+//! | 40 | `L` | `n` entries: block number u64, then u32 `k`: bit 31 clear, the block's image zero-run encoded in `k` bytes (`format::zero_runs`); bit 31 set, a delta of `k & 0x7FFF_FFFF` bytes (`format::delta`) from the block's image as the round's earlier commits leave it |
 //! | 40 + L | 4 | CRC32 of bytes 0 .. 40 + L |
 //! | 44 + L | 4 | magic `TEND` |
 //!
-//! Version 1 (still replayed): a 32-byte header (bytes 28..32 zero, no body
+//! A block's first entry in a round is always an image, so a replay never
+//! needs the store file's copy of a block (which a power cut may have torn)
+//! and repairs every sector of it. Version 2 (still replayed) is version 3
+//! without deltas; version 1: a 32-byte header (bytes 28..32 zero, no body
 //! length), then `n` × (block number u64, the 4096-byte image), CRC, `TEND`.
 
 use crate::error::{Error, Result};
 use crate::format::bytes::{rd32, rd64};
-use crate::format::{zero_runs, BLOCK_SIZE};
+use crate::format::{delta, zero_runs, BLOCK_SIZE};
 use crate::side::side_path;
+use foldhash::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
@@ -47,9 +51,13 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"TJNL";
 const END: &[u8; 4] = b"TEND";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// Version 3 without deltas; its journals are still replayed.
+const VERSION_2: u32 = 2;
 /// The version before round salts; its journals are still replayed.
 const VERSION_1: u32 = 1;
+/// Bit 31 of an entry's length: the entry is a delta, not an image.
+const DELTA_BIT: u32 = 1 << 31;
 const HEADER: usize = 40;
 const HEADER_1: usize = 32;
 const ENTRY_1: usize = 8 + BLOCK_SIZE;
@@ -71,9 +79,26 @@ pub fn starts_with_commit(path: &Path) -> bool {
         .is_ok_and(|()| &head == MAGIC)
 }
 
-/// One complete commit read back from the journal.
-pub struct Commit {
-    pub blocks: Images,
+/// What the round's complete commits leave: the final image of every block
+/// they name, and how many commits there were.
+#[derive(Default)]
+pub struct Round {
+    pub images: HashMap<u64, Vec<u8>>,
+    pub commits: usize,
+}
+
+/// One entry of a commit, as written.
+enum Entry<'a> {
+    Image(Vec<u8>),
+    Delta(&'a [u8]),
+}
+
+/// One block of a commit to append: its image and, when the round already
+/// holds an image of it, the delta from that image.
+pub struct Change<'a> {
+    pub block: u64,
+    pub image: &'a [u8],
+    pub delta: Option<&'a [u8]>,
 }
 
 /// The open journal file.
@@ -107,12 +132,9 @@ fn new_salt(old: u32) -> u32 {
     s.max(1)
 }
 
-/// Block images by block number, in commit order.
-type Images = Vec<(u64, Vec<u8>)>;
-
 /// One whole commit at the start of `data` in journal `version`: its
-/// blocks and its length in bytes; `None` if torn, garbled or short.
-fn parse_commit(data: &[u8], version: u32) -> Option<(Images, usize)> {
+/// entries and its length in bytes; `None` if torn, garbled or short.
+fn parse_commit(data: &[u8], version: u32) -> Option<(Vec<(u64, Entry<'_>)>, usize)> {
     let n = rd32(data, 24) as usize;
     let (head, body) = if version == VERSION_1 {
         (HEADER_1, n.checked_mul(ENTRY_1)?)
@@ -132,12 +154,18 @@ fn parse_commit(data: &[u8], version: u32) -> Option<(Images, usize)> {
     for _ in 0..n {
         let b = rd64(data.get(at..at + 8)?, 0);
         if version == VERSION_1 {
-            blocks.push((b, data[at + 8..at + ENTRY_1].to_vec()));
+            blocks.push((b, Entry::Image(data[at + 8..at + ENTRY_1].to_vec())));
             at += ENTRY_1;
         } else {
-            let len = rd32(data.get(at + 8..at + 12)?, 0) as usize;
+            let k = rd32(data.get(at + 8..at + 12)?, 0);
+            let is_delta = k & DELTA_BIT != 0 && version == VERSION;
+            let len = (k & !DELTA_BIT) as usize;
             let enc = data.get(at + 12..(at + 12).checked_add(len)?)?;
-            blocks.push((b, zero_runs::decode(enc)?));
+            blocks.push(if is_delta {
+                (b, Entry::Delta(enc))
+            } else {
+                (b, Entry::Image(zero_runs::decode(enc)?))
+            });
             at += 12 + len;
         }
     }
@@ -204,11 +232,12 @@ impl Journal {
         Ok((data.len() >= HEADER && &data[0..4] == MAGIC).then(|| rd64(&data, 8)))
     }
 
-    /// Reads every complete, valid commit of the round from the start;
-    /// stops at the first torn, foreign or older-round one.
-    pub fn read_commits(&mut self) -> Result<Vec<Commit>> {
+    /// Reads every complete, valid commit of the round from the start, in
+    /// order; stops at the first torn, foreign or older-round one. A delta
+    /// whose block has no image earlier in the round is an error.
+    pub fn read_round(&mut self) -> Result<Round> {
         let data = self.read_all()?;
-        let mut out = Vec::new();
+        let mut out = Round::default();
         let mut at = 0usize;
         // (version, salt, next sequence number) of the round, from its first commit.
         let mut round: Option<(u32, u32, u64)> = None;
@@ -216,16 +245,37 @@ impl Journal {
             let h = &data[at..at + HEADER_1];
             let (version, salt, seq) = (rd32(h, 4), rd32(h, 28), rd64(h, 16));
             if &h[0..4] != MAGIC
-                || !(version == VERSION || version == VERSION_1)
+                || ![VERSION, VERSION_2, VERSION_1].contains(&version)
                 || rd64(h, 8) != self.seed
                 || round.is_some_and(|r| (r.0, r.1, r.2) != (version, salt, seq))
             {
                 break;
             }
-            let Some((blocks, len)) = parse_commit(&data[at..], version) else {
+            let Some((entries, len)) = parse_commit(&data[at..], version) else {
                 break;
             };
-            out.push(Commit { blocks });
+            for (b, e) in entries {
+                match e {
+                    Entry::Image(img) => {
+                        out.images.insert(b, img);
+                    }
+                    Entry::Delta(d) => {
+                        let img = out.images.get_mut(&b).ok_or_else(|| {
+                            Error::corrupt(format!(
+                                "journal {}: commit {seq} changes block {b} without an image of it earlier in the round",
+                                self.path.display()
+                            ))
+                        })?;
+                        delta::apply(img, d).ok_or_else(|| {
+                            Error::corrupt(format!(
+                                "journal {}: commit {seq} holds a bad change to block {b}",
+                                self.path.display()
+                            ))
+                        })?;
+                    }
+                }
+            }
+            out.commits += 1;
             round = Some((version, salt, seq + 1));
             at += len;
         }
@@ -238,10 +288,7 @@ impl Journal {
 
     /// Appends one commit and makes it durable. On failure the position
     /// stays: what was written there fails its CRC and is overwritten next.
-    pub fn append<'a>(
-        &mut self,
-        blocks: impl ExactSizeIterator<Item = (u64, &'a [u8])>,
-    ) -> Result<()> {
+    pub fn append<'a>(&mut self, blocks: impl ExactSizeIterator<Item = Change<'a>>) -> Result<()> {
         let n = blocks.len();
         let mut buf = Vec::with_capacity(HEADER + n * 1024);
         buf.extend_from_slice(MAGIC);
@@ -251,12 +298,21 @@ impl Journal {
         buf.extend_from_slice(&(n as u32).to_le_bytes());
         buf.extend_from_slice(&self.salt.to_le_bytes());
         buf.extend_from_slice(&[0u8; 8]);
-        for (b, img) in blocks {
-            buf.extend_from_slice(&b.to_le_bytes());
+        for c in blocks {
+            buf.extend_from_slice(&c.block.to_le_bytes());
             let at = buf.len();
             buf.extend_from_slice(&[0u8; 4]);
-            zero_runs::encode(img, &mut buf);
-            let len = (buf.len() - at - 4) as u32;
+            let flag = match c.delta {
+                Some(d) => {
+                    buf.extend_from_slice(d);
+                    DELTA_BIT
+                }
+                None => {
+                    zero_runs::encode(c.image, &mut buf);
+                    0
+                }
+            };
+            let len = (buf.len() - at - 4) as u32 | flag;
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         }
         let body = (buf.len() - HEADER) as u32;
@@ -326,16 +382,32 @@ mod tests {
         let mut j = Journal::open(&store, 7).expect("open");
         let a = vec![1u8; BLOCK_SIZE];
         let b = vec![2u8; BLOCK_SIZE];
-        j.append([(5u64, &a[..]), (9, &b[..])].into_iter())
+        let img = |block, image| Change {
+            block,
+            image,
+            delta: None,
+        };
+        j.append([img(5u64, &a[..]), img(9, &b[..])].into_iter())
             .expect("append");
-        j.append([(5u64, &b[..])].into_iter()).expect("append");
+        // Block 9 again, as a delta from its image in the first commit.
+        let mut c = b.clone();
+        c[100..108].fill(3);
+        let mut d = Vec::new();
+        delta::encode(&b, &c, &mut d);
+        let change = Change {
+            block: 9,
+            image: &c,
+            delta: Some(&d),
+        };
+        j.append([img(5u64, &b[..]), change].into_iter())
+            .expect("append");
         let full = j.len();
         drop(j);
         let mut j = Journal::open(&store, 7).expect("reopen");
-        let c = j.read_commits().expect("read");
-        assert_eq!(c.len(), 2);
-        assert_eq!(c[0].blocks[1].0, 9);
-        assert_eq!(c[1].blocks[0].1, b);
+        let r = j.read_round().expect("read");
+        assert_eq!(r.commits, 2);
+        assert_eq!(r.images[&5], b);
+        assert_eq!(r.images[&9], c);
         // A torn last commit is dropped, the first survives.
         let f = OpenOptions::new()
             .write(true)
@@ -343,9 +415,11 @@ mod tests {
             .expect("f");
         f.set_len(full - 10).expect("cut");
         let mut j = Journal::open(&store, 7).expect("reopen");
-        assert_eq!(j.read_commits().expect("read").len(), 1);
+        let r = j.read_round().expect("read");
+        assert_eq!(r.commits, 1);
+        assert_eq!(r.images[&9], b);
         // Another store's journal is ignored.
         let mut j = Journal::open(&store, 8).expect("reopen");
-        assert_eq!(j.read_commits().expect("read").len(), 0);
+        assert_eq!(j.read_round().expect("read").commits, 0);
     }
 }

@@ -48,6 +48,12 @@ pub struct Pager {
     dirty: HashSet<u64>,
     /// The stage that last queued each overlay block.
     staged_in: HashMap<u64, u64>,
+    /// Every stage up to here is durable and copied into the store file.
+    applied_top: u64,
+    /// Data blocks with an image in the journal's current round whose
+    /// store-file copy is, once applied, their last journaled version: the
+    /// next commit may carry a delta from it instead of an image.
+    imaged: HashSet<u64>,
     /// The journal and its group commit, shared with writer threads.
     group: Arc<Group>,
     durability: Durability,
@@ -78,6 +84,8 @@ impl Pager {
             overlay: HashMap::new(),
             dirty: HashSet::new(),
             staged_in: HashMap::new(),
+            applied_top: 0,
+            imaged: HashSet::new(),
             group: Arc::new(Group::new(store_path.to_path_buf(), seed)),
             durability: Durability::None,
             poisoned: false,
@@ -173,6 +181,10 @@ impl Pager {
 
     /// Sets the file length (growing or shrinking the secondary partition).
     pub fn set_len(&mut self, len: u64) -> Result<()> {
+        if len < self.file.len() {
+            // Blocks cut off come back as zeros, not as journaled.
+            self.imaged.clear();
+        }
         self.file.set_len(len)?;
         self.verified
             .resize_with(verified_len(self.file.len()), || AtomicU64::new(0));

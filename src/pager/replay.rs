@@ -2,7 +2,7 @@
 //! file, or (a read-only open) kept in memory over it.
 
 use super::file::MappedFile;
-use super::journal::{journal_path, starts_with_commit, Commit, Journal};
+use super::journal::{journal_path, starts_with_commit, Journal, Round};
 use crate::error::{Error, Result};
 use crate::format::superblock::PRIMARY_BASE;
 use crate::format::{BlockRef, Layout, Superblock, BLOCK_SIZE, SUPERBLOCK_BLOCK};
@@ -34,22 +34,20 @@ fn check_image(n: u64, img: &[u8], path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The layout once the journal is replayed (its last superblock image's,
-/// else `geo`) and the file length its images need: blocks past the end
-/// are buckets or segments linked after the last checkpoint.
-fn needed_len(commits: &[Commit], geo: &Layout, path: &Path, file_len: u64) -> Result<u64> {
+/// The layout once the journal is replayed (its superblock image's, else
+/// `geo`) and the file length its images need: blocks past the end are
+/// buckets or segments linked after the last checkpoint.
+fn needed_len(round: &Round, geo: &Layout, path: &Path, file_len: u64) -> Result<u64> {
     let mut layout = *geo;
     let mut top = 0u64;
-    for c in commits {
-        for (n, img) in &c.blocks {
-            check_image(*n, img, path)?;
-            if *n == SUPERBLOCK_BLOCK {
-                if let Ok(Some(sb)) = Superblock::decode(img) {
-                    layout = sb.layout;
-                }
+    for (n, img) in &round.images {
+        check_image(*n, img, path)?;
+        if *n == SUPERBLOCK_BLOCK {
+            if let Ok(Some(sb)) = Superblock::decode(img) {
+                layout = sb.layout;
             }
-            top = top.max(n + 1);
         }
+        top = top.max(n + 1);
     }
     if top > u64::MAX / BLOCK_SIZE as u64 / 4 {
         return Err(Error::corrupt(format!(
@@ -73,16 +71,11 @@ pub fn journal_superblock(path: &Path) -> Result<Option<Superblock>> {
     let Some(mut j) = Journal::open_read_only(path, seed)? else {
         return Ok(None);
     };
-    let mut found = None;
-    for c in j.read_commits()? {
-        for (n, img) in c.blocks {
-            if n == SUPERBLOCK_BLOCK {
-                if let Ok(Some(sb)) = Superblock::decode(&img) {
-                    found = Some(sb);
-                }
-            }
-        }
-    }
+    let round = j.read_round()?;
+    let found = round
+        .images
+        .get(&SUPERBLOCK_BLOCK)
+        .and_then(|img| Superblock::decode(img).ok().flatten());
     Ok(found.filter(|sb| sb.seed == seed))
 }
 
@@ -95,21 +88,19 @@ pub fn replay_journal(
     seed: u64,
 ) -> Result<usize> {
     let mut j = Journal::open(path, seed)?;
-    let commits = j.read_commits()?;
-    let len = needed_len(&commits, geo, path, file.len())?;
+    let round = j.read_round()?;
+    let len = needed_len(&round, geo, path, file.len())?;
     if len > file.len() {
         file.set_len(len)?;
     }
-    for c in &commits {
-        for (n, img) in &c.blocks {
-            file.reserve(n * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
-            file.block_mut(*n)?.copy_from_slice(img);
-        }
+    for (n, img) in &round.images {
+        file.reserve(n * BLOCK_SIZE as u64, BLOCK_SIZE as u64)?;
+        file.block_mut(*n)?.copy_from_slice(img);
     }
     file.flush()?;
     j.reset()?;
     j.remove()?;
-    Ok(commits.len())
+    Ok(round.commits)
 }
 
 /// What replaying the journal would write, without writing (a read-only
@@ -126,12 +117,10 @@ pub fn journal_images(
     let Some(mut j) = Journal::open_read_only(path, seed)? else {
         return Ok((images, len / BLOCK_SIZE as u64));
     };
-    let commits = j.read_commits()?;
-    len = needed_len(&commits, geo, path, len)?;
-    for c in commits {
-        for (n, img) in c.blocks {
-            images.insert(n, img.into_boxed_slice());
-        }
+    let round = j.read_round()?;
+    len = needed_len(&round, geo, path, len)?;
+    for (n, img) in round.images {
+        images.insert(n, img.into_boxed_slice());
     }
     Ok((images, len / BLOCK_SIZE as u64))
 }

@@ -49,6 +49,11 @@ impl Pager {
             // read of an unwritten extent (a major fault that zero-fills the
             // page): together those were a third of a bulk load.
             self.file.zero_fill(off, len)?;
+            // The store file's copy is no longer the journaled version:
+            // the next commit of these blocks carries an image.
+            for x in first..first + n {
+                self.imaged.remove(&x);
+            }
         } else {
             self.file.reserve(off, len)?;
         }
