@@ -3,7 +3,7 @@
 //! after the commit, send).
 
 use super::commands::{self, Context, Session};
-use super::resp::{self, Limits, Parsed, ProtocolError};
+use super::resp::{self, Limits, Parsed, Progress, ProtocolError};
 use super::server::Config;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -29,6 +29,8 @@ pub struct Conn {
     /// Bytes read and not yet run (at most the start of one request, unless
     /// `backlog`).
     input: Vec<u8>,
+    /// Where parsing the incomplete request at the front of `input` stopped.
+    parsed: Progress,
     /// Replies; `out[sent..]` is not yet written to the socket.
     out: Vec<u8>,
     sent: usize,
@@ -59,6 +61,7 @@ impl Conn {
                 authed: cfg.password.is_none(),
             },
             input: Vec::new(),
+            parsed: Progress::default(),
             out: Vec::new(),
             sent: 0,
             held: None,
@@ -139,7 +142,7 @@ impl Conn {
             } else {
                 &BEFORE_AUTH
             };
-            match resp::parse(&self.input[used..], lim) {
+            match resp::parse_resume(&self.input[used..], lim, &mut self.parsed) {
                 Ok(Parsed::Incomplete) => break,
                 Ok(Parsed::Skip(k)) => used += k,
                 Ok(Parsed::Request(args, k)) => {

@@ -40,13 +40,45 @@ fn err<T>(m: impl Into<String>) -> Result<T, ProtocolError> {
     Err(ProtocolError(m.into()))
 }
 
+/// Where the parse of an incomplete request at the front of a buffer
+/// stopped, so that the next parse resumes there: a request that arrives
+/// in many small pieces costs O(its size) to parse in all, not O(size²)
+/// (a client dribbling a large request byte by byte must not make the
+/// event loop rescan it at every byte).
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// A multibulk header was read: the argument count.
+    count: Option<u64>,
+    /// Where the next argument's header starts (multibulk), or how far the
+    /// search for an inline line's end got.
+    at: usize,
+    /// The arguments read so far: (start, end) in the buffer.
+    spans: Vec<(usize, usize)>,
+    /// No progress is possible before the buffer holds this many bytes.
+    need: usize,
+}
+
 /// Parses the request at the front of `buf`.
 pub fn parse(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
-    match buf.first() {
-        None => Ok(Parsed::Incomplete),
-        Some(b'*') => multibulk(buf, lim),
-        Some(_) => inline(buf, lim),
+    parse_resume(buf, lim, &mut Progress::default())
+}
+
+/// Parses the request at the front of `buf`, resuming from `p` (which must
+/// come from parses of this same request's first bytes, or be fresh); `p`
+/// is reset when the request is whole or refused.
+pub fn parse_resume(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed, ProtocolError> {
+    if buf.len() < p.need {
+        return Ok(Parsed::Incomplete);
     }
+    let r = match buf.first() {
+        None => Ok(Parsed::Incomplete),
+        Some(b'*') => multibulk(buf, lim, p),
+        Some(_) => inline(buf, lim, p),
+    };
+    if !matches!(r, Ok(Parsed::Incomplete)) {
+        *p = Progress::default();
+    }
+    r
 }
 
 /// The decimal number in a header line at `at` (after its type byte) and
@@ -82,8 +114,12 @@ fn header(buf: &[u8], at: usize, what: &str) -> Result<Option<(i64, usize)>, Pro
     Ok(Some((if neg { -n } else { n }, at + cr + 2)))
 }
 
-fn multibulk(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
-    let Some((count, mut at)) = header(buf, 1, "multibulk")? else {
+fn multibulk(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed, ProtocolError> {
+    if let Some(count) = p.count {
+        return bulks(buf, lim, p, count);
+    }
+    let Some((count, at)) = header(buf, 1, "multibulk")? else {
+        p.need = buf.len() + 1;
         return Ok(Parsed::Incomplete);
     };
     if count <= 0 {
@@ -104,10 +140,22 @@ fn multibulk(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
     if count.saturating_mul(6) > lim.max_request_bytes as u64 {
         return err(too_big(lim));
     }
-    let mut spans = Vec::with_capacity((count as usize).min(64));
-    for _ in 0..count {
+    p.count = Some(count);
+    p.at = at;
+    p.spans = Vec::with_capacity((count as usize).min(64));
+    bulks(buf, lim, p, count)
+}
+
+/// The bulk strings of a multibulk request of `count` arguments, from
+/// where `p` stopped.
+fn bulks(buf: &[u8], lim: &Limits, p: &mut Progress, count: u64) -> Result<Parsed, ProtocolError> {
+    while (p.spans.len() as u64) < count {
+        let at = p.at;
         match buf.get(at) {
-            None => return Ok(Parsed::Incomplete),
+            None => {
+                p.need = at + 1;
+                return Ok(Parsed::Incomplete);
+            }
             Some(b'$') => {}
             Some(&c) => {
                 return err(format!(
@@ -117,6 +165,7 @@ fn multibulk(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
             }
         }
         let Some((len, start)) = header(buf, at + 1, "bulk")? else {
+            p.need = buf.len() + 1;
             return Ok(Parsed::Incomplete);
         };
         if len < 0 {
@@ -128,16 +177,17 @@ fn multibulk(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
         }
         let end = end as usize;
         if buf.len() < end + 2 {
+            p.need = end + 2;
             return Ok(Parsed::Incomplete);
         }
         if &buf[end..end + 2] != b"\r\n" {
             return err("Protocol error: bulk string not followed by CRLF");
         }
-        spans.push((start, end));
-        at = end + 2;
+        p.spans.push((start, end));
+        p.at = end + 2;
     }
-    let args = spans.iter().map(|&(s, e)| buf[s..e].to_vec()).collect();
-    Ok(Parsed::Request(args, at))
+    let args = p.spans.iter().map(|&(s, e)| buf[s..e].to_vec()).collect();
+    Ok(Parsed::Request(args, p.at))
 }
 
 fn too_big(lim: &Limits) -> String {
@@ -149,12 +199,18 @@ fn too_big(lim: &Limits) -> String {
 
 /// A command typed by hand: words split as Redis does, with "double" (C
 /// escapes, `\xHH`) and 'single' quotes.
-fn inline(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
+fn inline(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed, ProtocolError> {
     let max = MAX_INLINE.min(lim.max_request_bytes);
-    let Some(nl) = buf.iter().take(max + 1).position(|&b| b == b'\n') else {
+    let from = p.at.min(buf.len());
+    let found = buf[from..(max + 1).min(buf.len()).max(from)]
+        .iter()
+        .position(|&b| b == b'\n');
+    let Some(nl) = found.map(|i| from + i) else {
         if buf.len() > max {
             return err("Protocol error: too big inline request");
         }
+        p.at = buf.len();
+        p.need = buf.len() + 1;
         return Ok(Parsed::Incomplete);
     };
     let line = buf[..nl].strip_suffix(b"\r").unwrap_or(&buf[..nl]);

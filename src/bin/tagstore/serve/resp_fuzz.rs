@@ -2,7 +2,7 @@
 //! frames and frames split at random points. The parser returns the request
 //! that was encoded, `Incomplete`, or an error: never a panic, never a loop.
 
-use super::resp::{parse, request, Limits, Parsed};
+use super::resp::{parse, parse_resume, request, Limits, Parsed, Progress};
 use proptest::prelude::*;
 
 const LIM: Limits = Limits {
@@ -119,6 +119,59 @@ proptest! {
         let want: Vec<Vec<u8>> = words.iter().map(|w| w.as_bytes().to_vec()).collect();
         prop_assert_eq!(parse(line.as_bytes(), &LIM), Ok(Parsed::Request(want, line.len())));
     }
+
+    /// Bytes arriving in pieces, parsed as the event loop does (resuming
+    /// where the last parse stopped, the consumed prefix dropped): the same
+    /// requests, or the same first error, as parsing everything at once.
+    #[test]
+    fn resumed_parses_match_whole_parses(
+        reqs in prop::collection::vec(args(), 1..6),
+        junk in prop::collection::vec(any::<u8>(), 0..20),
+        cuts in prop::collection::vec(0usize..400, 0..30),
+        inline in any::<bool>(),
+    ) {
+        let mut wire = Vec::new();
+        for r in &reqs {
+            wire.extend_from_slice(&request(r));
+        }
+        if inline {
+            wire.extend_from_slice(b"PING hello\r\n");
+        }
+        wire.extend_from_slice(&junk);
+        let (want, want_end) = parse_all(&wire, &LIM);
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(wire.len())).collect();
+        cuts.push(wire.len());
+        cuts.sort_unstable();
+        let (mut input, mut fed, mut got) = (Vec::new(), 0usize, Vec::new());
+        let mut p = Progress::default();
+        let mut failed = None;
+        'feed: for c in cuts {
+            input.extend_from_slice(&wire[fed..c]);
+            fed = c;
+            loop {
+                match parse_resume(&input, &LIM, &mut p) {
+                    Ok(Parsed::Request(a, n)) => {
+                        got.push(a);
+                        input.drain(..n);
+                    }
+                    Ok(Parsed::Skip(n)) => {
+                        input.drain(..n);
+                    }
+                    Ok(Parsed::Incomplete) => break,
+                    Err(e) => {
+                        failed = Some(e.0);
+                        break 'feed;
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(got, want);
+        match want_end {
+            Ok(_) => prop_assert_eq!(failed, None),
+            Err(e) => prop_assert_eq!(failed, Some(e)),
+        }
+    }
+
 }
 
 #[test]
