@@ -58,7 +58,8 @@ pub struct Progress {
     need: usize,
 }
 
-/// Parses the request at the front of `buf`.
+/// Parses the request at the front of `buf` (from scratch: tests).
+#[cfg(test)]
 pub fn parse(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
     parse_resume(buf, lim, &mut Progress::default())
 }
