@@ -83,8 +83,8 @@ impl State {
             if !moving.is_empty() {
                 self.index.accel.forget_chain(go);
                 self.index.open_hint[go as usize] = NONE;
-                self.pack_primary(go, &l)?;
-                self.pull_into_primary(go, &l)?;
+                self.pack_primary(go, &l, redo)?;
+                self.pull_into_primary(go, &l, redo)?;
                 self.unlink_empty_tail(go)?;
                 self.refilter(go, &l)?;
             }

@@ -12,9 +12,10 @@ use foldhash::{HashSet, HashSetExt};
 impl State {
     /// Refills the primary bucket of chain `g`, emptied by a split, with the
     /// tags of its last secondary buckets, so that they empty and go back
-    /// to the free list. A tag the primary bucket already holds (a redone
-    /// split that was killed between the two writes) is only cleared.
-    pub(super) fn pull_into_primary(&mut self, g: u32, l: &Layout) -> Result<()> {
+    /// to the free list. In a redone split (`redo`), a tag the primary
+    /// bucket already holds (the split was killed between the two writes)
+    /// is only cleared; a fresh split has no such copies to look for.
+    pub(super) fn pull_into_primary(&mut self, g: u32, l: &Layout, redo: bool) -> Result<()> {
         let seed = self.index.seed();
         let cap = l.primary_capacity();
         let mut held: Option<HashSet<SlotBytes>> = None;
@@ -36,7 +37,7 @@ impl State {
                 // The tail bucket would not empty: leave the chain as it is.
                 return Ok(());
             }
-            if held.is_none() {
+            if held.is_none() && redo {
                 let n = self.index.accel.extent(g, l, &self.pager)?;
                 let start = l.primary_start(g);
                 held = Some(self.slots_in(start..start + n as u64)?);
@@ -52,9 +53,9 @@ impl State {
     /// Packs primary bucket `g`, emptied by a split, into its first blocks:
     /// tags in blocks past the ones its count needs move into the holes of
     /// the first, and the emptied blocks are zeroed, so a FIND reads fewer
-    /// blocks. A tag the first blocks already hold (a redone split) is only
-    /// cleared.
-    pub(super) fn pack_primary(&mut self, g: u32, l: &Layout) -> Result<()> {
+    /// blocks. In a redone split (`redo`), a tag the first blocks already
+    /// hold is only cleared.
+    pub(super) fn pack_primary(&mut self, g: u32, l: &Layout, redo: bool) -> Result<()> {
         let used = self.index.tables.primary[g as usize].used as u64;
         let keep = used.div_ceil(SLOTS_PER_BLOCK as u64) as u32;
         let extent = self.index.accel.extent(g, l, &self.pager)?;
@@ -79,6 +80,9 @@ impl State {
             let blk = self.pager.block(b)?;
             for i in 0..SLOTS_PER_BLOCK {
                 if blk.occupied(i) {
+                    if !redo {
+                        continue;
+                    }
                     if let Ok(s) = SlotBytes::try_from(blk.slot(i)) {
                         held.insert(s);
                     }
