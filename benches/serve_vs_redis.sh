@@ -25,10 +25,15 @@ start_tagstore() { # durability
 }
 start_redis() { # extra redis options...
   rm -rf "$work/r" && mkdir "$work/r"
-  PORT=$((20000 + RANDOM % 20000))
-  redis-server --port "$PORT" --dir "$work/r" --save "" "$@" >/dev/null &
-  PID=$!
-  until redis-cli -p "$PORT" PING >/dev/null 2>&1; do sleep 0.05; done
+  # A random port may be taken: a server that exits at once is started
+  # again on another one.
+  while :; do
+    PORT=$((20000 + RANDOM % 20000))
+    redis-server --port "$PORT" --dir "$work/r" --save "" "$@" >/dev/null &
+    PID=$!
+    until redis-cli -p "$PORT" PING >/dev/null 2>&1 || ! kill -0 "$PID" 2>/dev/null; do sleep 0.05; done
+    kill -0 "$PID" 2>/dev/null && return
+  done
 }
 bench() { # label port pipeline
   local label=$1 port=$2 p=$3
