@@ -20,6 +20,22 @@ pub(super) struct Plan {
     new_link: bool,
 }
 
+impl Plan {
+    /// Slot `addr` of primary bucket `g`.
+    pub(super) fn primary(g: u32, addr: SlotAddr) -> Plan {
+        Plan {
+            addr,
+            id: Identity {
+                kind: KIND_PRIMARY,
+                owner: g,
+                ordinal: 0,
+            },
+            sec: None,
+            new_link: false,
+        }
+    }
+}
+
 impl State {
     /// Where both halves of an encoded tag live.
     fn places(&self, slot: &SlotBytes) -> Result<[Place; 2]> {

@@ -68,6 +68,21 @@ impl Pager {
         Ok(())
     }
 
+    /// Writes the whole image of block `n`, which was never written and is
+    /// backed already (`ensure_reserved`): a positioned write in mapped
+    /// mode (no page fault, the CRC computed once), the private copy in
+    /// the journaled modes.
+    pub fn write_new_block(&mut self, n: u64, img: &[u8]) -> Result<()> {
+        self.tick()?;
+        if self.durability == Durability::None {
+            self.file.write_block(n, img)?;
+        } else {
+            self.block_for_write(n)?.copy_from_slice(img);
+        }
+        self.mark_verified(n);
+        Ok(())
+    }
+
     /// Empties slot `addr` (its block was read, and its CRC checked, before).
     pub fn clear_slot(&mut self, addr: SlotAddr) -> Result<()> {
         self.tick()?;

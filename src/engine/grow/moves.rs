@@ -2,11 +2,16 @@
 //! bucket go there, in both halves.
 
 use super::super::state::State;
+use super::super::write::Plan;
 use crate::error::{Error, Result};
 use crate::format::hash::{key_hash, tag_hash};
 use crate::format::tag::{decode, used_prefix};
-use crate::format::{BlockAt, BlockRef, Half, Layout, SlotAddr, SlotBytes, NONE};
+use crate::format::{
+    BlockAt, BlockMut, BlockRef, Half, Layout, SlotAddr, SlotBytes, BLOCK_SIZE, KIND_PRIMARY, NONE,
+    SLOTS_PER_BLOCK,
+};
 use crate::index::{ChainWalk, Found};
+use crate::pager::Identity;
 use foldhash::{HashSet, HashSetExt};
 
 /// One tag on its way out of a chain (or out of the chain's tail).
@@ -77,8 +82,16 @@ impl State {
             } else {
                 HashSet::new()
             };
-            for m in &moving {
-                self.move_one(m, go, gn, present.contains(&m.slot))?;
+            if redo || !self.fill_new_bucket(gn, &moving, &l)? {
+                for m in &moving {
+                    self.move_one(m, go, gn, present.contains(&m.slot))?;
+                }
+            } else {
+                // Now in the new bucket: cleared from the old chain.
+                for m in &moving {
+                    self.pager.clear_slot(m.from.addr)?;
+                    self.commit_delete(go, &m.from, m.th);
+                }
             }
             if !moving.is_empty() {
                 self.index.accel.forget_chain(go);
@@ -90,6 +103,56 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// Writes the tags moving into `g`, the new bucket of a fresh split,
+    /// as whole blocks of its primary bucket (each block built in memory,
+    /// sealed once and written once) instead of one slot at a time; false
+    /// (nothing written) when they would not fit its primary bucket or it
+    /// is not empty, and the caller moves them one by one.
+    fn fill_new_bucket(&mut self, g: u32, moving: &[Moving], l: &Layout) -> Result<bool> {
+        let pe = &self.index.tables.primary[g as usize];
+        if moving.is_empty()
+            || moving.len() > l.primary_capacity() as usize
+            || pe.used != 0
+            || pe.head != NONE
+        {
+            return Ok(false);
+        }
+        let start = l.primary_start(g);
+        let blocks = moving.len().div_ceil(SLOTS_PER_BLOCK);
+        if self.index.accel.known_extent(g) != Some(0) {
+            for b in start..start + blocks as u64 {
+                if !self.pager.block(b)?.is_unwritten() {
+                    return Ok(false);
+                }
+            }
+        }
+        let id = Identity {
+            kind: KIND_PRIMARY,
+            owner: g,
+            ordinal: 0,
+        };
+        let mut img = vec![0u8; BLOCK_SIZE];
+        for (k, chunk) in moving.chunks(SLOTS_PER_BLOCK).enumerate() {
+            img.fill(0);
+            let mut blk = BlockMut(&mut img);
+            blk.set_identity(id.kind, id.owner, id.ordinal);
+            for (i, m) in chunk.iter().enumerate() {
+                blk.put(i, &m.slot, m.kfp, m.tfp);
+            }
+            blk.seal();
+            self.pager.write_new_block(start + k as u64, &img)?;
+        }
+        for (j, m) in moving.iter().enumerate() {
+            let addr = SlotAddr {
+                block: start + (j / SLOTS_PER_BLOCK) as u64,
+                slot: (j % SLOTS_PER_BLOCK) as u32,
+            };
+            let plan = Plan::primary(g, addr);
+            self.commit_insert(g, &plan, m.kfp, m.th);
+        }
+        Ok(true)
     }
 
     /// The tags of chain `g` (half `h`) whose key hashes to bucket `new`
