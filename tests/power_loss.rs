@@ -79,7 +79,7 @@ use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
-/// Journal commit framing, version 2 (see src/pager/journal.rs): a 40-byte
+/// Journal commit framing, versions 2 and 3 (see src/pager/journal.rs): a 40-byte
 /// header whose bytes 32..36 hold the body length, the body, CRC and `TEND`.
 const J_HEADER: usize = 40;
 
