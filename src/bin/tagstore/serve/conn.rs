@@ -36,6 +36,8 @@ pub struct Conn {
     sent: usize,
     /// `out[held..]` acknowledges writes of this turn not yet committed.
     held: Option<usize>,
+    /// Where this turn's replies start in `out`.
+    turn_start: usize,
     /// Whole requests wait in `input` because the replies reached `FLUSH_AT`.
     backlog: bool,
     /// Nothing more is read: the client closed its side, or the server stops.
@@ -65,6 +67,7 @@ impl Conn {
             out: Vec::new(),
             sent: 0,
             held: None,
+            turn_start: 0,
             backlog: false,
             eof: false,
             closing: false,
@@ -126,6 +129,7 @@ impl Conn {
     /// turn's first write as held until the commit.
     pub fn run(&mut self, ctx: &Context<'_>, cfg: &Config, commit: bool) -> bool {
         self.backlog = false;
+        self.turn_start = self.out.len();
         if self.closing || self.dead {
             return false;
         }
@@ -176,17 +180,20 @@ impl Conn {
         self.held = None;
     }
 
-    /// The turn's commit failed: the replies that would acknowledge its
-    /// writes are replaced by the error, and the connection closes.
+    /// The turn's commit failed (the server stops): none of this turn's
+    /// replies is sent, since a read may have seen a write that is not
+    /// durable; the client is told why, and the connection closes.
     pub fn commit_failed(&mut self, why: &str) {
-        if let Some(h) = self.held.take() {
-            self.out.truncate(h.max(self.sent));
-            resp::error(
-                &mut self.out,
-                &format!("ERR commit failed, the writes of this batch may be lost: {why}"),
-            );
-            self.closing = true;
-        }
+        self.held = None;
+        self.out.truncate(self.turn_start.max(self.sent));
+        resp::error(
+            &mut self.out,
+            &format!(
+                "ERR commit failed, the writes of this batch may be lost; the server stops: {why}"
+            ),
+        );
+        self.closing = true;
+        self.input = Vec::new();
     }
 
     /// Writes what the socket takes of the replies (none while held).

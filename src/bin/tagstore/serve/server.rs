@@ -55,6 +55,8 @@ fn install_signals() -> io::Result<()> {
 
 /// Longest wait in `poll` between looks at the stop flag and the write timeouts.
 const TICK_MS: i32 = 200;
+/// How long the listener rests after an accept error.
+const ACCEPT_REST: Duration = Duration::from_millis(100);
 /// How long a stopping server keeps sending replies before it closes anyway.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -72,6 +74,10 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut chunk = vec![0u8; 64 * 1024];
     let mut stopping: Option<Instant> = None;
+    let mut failed: Option<String> = None;
+    // After an accept error (out of descriptors), the listener rests a while:
+    // the connection stays queued, and polling it again at once would spin.
+    let mut accept_rest: Option<Instant> = None;
     loop {
         if stopping.is_none() && STOP.load(Ordering::SeqCst) {
             stopping = Some(Instant::now());
@@ -80,12 +86,19 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         }
         if let Some(t) = stopping {
             if conns.is_empty() || t.elapsed() > STOP_GRACE {
-                return Ok(());
+                return match failed {
+                    Some(why) => Err(io::Error::other(format!("a commit failed: {why}"))),
+                    None => Ok(()),
+                };
             }
         }
         // Wait for something to do.
         fds.clear();
-        if let Some(l) = &listener {
+        if accept_rest.is_some_and(|t| t.elapsed() >= ACCEPT_REST) {
+            accept_rest = None;
+        }
+        let listening = listener.as_ref().filter(|_| accept_rest.is_none());
+        if let Some(l) = listening {
             fds.push(pollfd(l.as_raw_fd(), libc::POLLIN));
         }
         let first = fds.len();
@@ -101,6 +114,8 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         }
         let wait = if conns.iter().any(Conn::runnable) {
             0
+        } else if accept_rest.is_some() {
+            ACCEPT_REST.as_millis() as i32
         } else {
             TICK_MS
         };
@@ -128,8 +143,13 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
             match store.sync() {
                 Ok(()) => conns.iter_mut().for_each(Conn::release),
                 Err(e) => {
+                    // The handle is unusable now (reopen recovers what is
+                    // durable): answer nothing more from it, and stop.
                     let why = e.to_string();
+                    eprintln!("tagstore serve: a commit failed, stopping: {why}");
                     conns.iter_mut().for_each(|c| c.commit_failed(&why));
+                    failed = Some(why);
+                    STOP.store(true, Ordering::SeqCst);
                 }
             }
         }
@@ -141,7 +161,9 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         // New connections join the next turn.
         if first == 1 && fds[0].revents & libc::POLLIN != 0 {
             if let Some(l) = &listener {
-                accept_all(l, &mut conns, cfg);
+                if !accept_all(l, &mut conns, cfg) {
+                    accept_rest = Some(Instant::now());
+                }
             }
         }
     }
@@ -155,17 +177,17 @@ fn pollfd(fd: libc::c_int, events: libc::c_short) -> libc::pollfd {
     }
 }
 
-/// Accepts every waiting connection, refusing those past the client limit.
-fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>, cfg: &Config) {
+/// Accepts every waiting connection, refusing those past the client limit;
+/// false after an error (out of descriptors and the like), said on stderr.
+fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>, cfg: &Config) -> bool {
     loop {
         let stream = match listener.accept() {
             Ok((s, _)) => s,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) => {
-                // Out of descriptors and the like: say so; the next turn retries.
                 eprintln!("tagstore serve: accept: {e}");
-                return;
+                return false;
             }
         };
         if conns.len() >= cfg.max_clients {
