@@ -440,12 +440,26 @@ fn verify_layout(img: &[u8], want: &[Tag]) {
     assert_eq!(halves[0], want, "object half differs from format-v1.tsv");
     assert_eq!(halves[1], want, "subject half differs from format-v1.tsv");
 
-    // Table image: magic, bucket counts, 16-byte primary and 48-byte secondary entries.
+    // Table image: magic, bucket counts, 16-byte primary and 48-byte
+    // secondary entries; `TSTABLE2` (today's writer) then one extent byte per
+    // secondary bucket (0 unknown, else 1 + blocks worth reading).
     let t = &img[table_off..];
-    assert_eq!(&t[..8], b"TSTABLE1", "table magic");
     assert_eq!(rd32(t, 8) as usize, 2 * PER_HALF as usize);
     assert_eq!(rd32(t, 12) as usize, nsec);
-    assert_eq!(table_len, 16 + 16 * 2 * PER_HALF as usize + 48 * nsec);
+    let entries = 16 + 16 * 2 * PER_HALF as usize + 48 * nsec;
+    match &t[..8] {
+        b"TSTABLE1" => assert_eq!(table_len, entries),
+        b"TSTABLE2" => {
+            assert_eq!(table_len, entries + nsec);
+            for (s, &e) in t[entries..entries + nsec].iter().enumerate() {
+                assert!(
+                    e as u32 <= BLOCKS_PER_SECONDARY + 1,
+                    "secondary bucket {s}: extent byte {e}"
+                );
+            }
+        }
+        m => panic!("table magic {m:?}"),
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use crate::format::{
     BlockAt, BlockMut, BlockRef, Half, Intent, IntentOp, Layout, SlotAddr, Superblock, BLOCK_SIZE,
     INTENT_BLOCK, INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK,
 };
-use crate::index::{Tables, TABLE_MAGIC};
+use crate::index::{Tables, TABLE_MAGIC, TABLE_MAGIC_1};
 use crate::pager::MappedFile;
 use foldhash::{HashMap, HashMapExt};
 
@@ -159,7 +159,7 @@ pub fn secondary_count(file: &MappedFile, sb: &Superblock, blocks: u64) -> u32 {
     (sb.secondary_count.min(by_len)..by_len)
         .find(|&s| {
             file.block(geo.secondary_start(s))
-                .is_ok_and(|b| b.starts_with(TABLE_MAGIC))
+                .is_ok_and(|b| b.starts_with(TABLE_MAGIC) || b.starts_with(TABLE_MAGIC_1))
         })
         .unwrap_or(by_len)
 }

@@ -118,7 +118,10 @@ impl State {
         }
         self.pager.file().flush()?;
         let sec = self.index.tables.secondary.len() as u32;
-        let img = self.index.tables.encode();
+        let img = self
+            .index
+            .tables
+            .encode(self.index.accel.secondary_extents());
         let off = geo.file_len(sec);
         // Say where the blocks end before appending the image, so a crash
         // while it is written never lets the image pass for secondary buckets.

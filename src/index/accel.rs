@@ -181,6 +181,17 @@ impl Accel {
         self.sec_extent[i] = 1;
     }
 
+    /// Takes the secondary extents read from a table image or learnt by a
+    /// rebuild (same encoding as `sec_extent`).
+    pub fn set_secondary_extents(&mut self, extents: Vec<u8>) {
+        self.sec_extent = extents;
+    }
+
+    /// The secondary extents known, for the table image.
+    pub fn secondary_extents(&self) -> &[u8] {
+        &self.sec_extent
+    }
+
     /// Blocks of secondary bucket `s` worth reading: all of its `n` unless
     /// fewer are known to hold anything.
     #[inline]

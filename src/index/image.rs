@@ -6,15 +6,18 @@ use crate::format::bytes::rd32;
 use crate::format::{Layout, NONE};
 
 /// Magic at the start of a persisted table image.
-pub const TABLE_MAGIC: &[u8; 8] = b"TSTABLE1";
+pub const TABLE_MAGIC: &[u8; 8] = b"TSTABLE2";
+/// The image before secondary extents (still read: extents unknown).
+pub const TABLE_MAGIC_1: &[u8; 8] = b"TSTABLE1";
 const PRIMARY_ENTRY: usize = 16;
 const SECONDARY_ENTRY: usize = 48;
 
 impl Tables {
-    /// Serialises the tables (see DESIGN.md, "Table image").
-    pub fn encode(&self) -> Vec<u8> {
+    /// Serialises the tables with the secondary buckets' `extents` (see
+    /// DESIGN.md, "Table image").
+    pub fn encode(&self, extents: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(
-            16 + self.primary.len() * PRIMARY_ENTRY + self.secondary.len() * SECONDARY_ENTRY,
+            16 + self.primary.len() * PRIMARY_ENTRY + self.secondary.len() * (SECONDARY_ENTRY + 1),
         );
         out.extend_from_slice(TABLE_MAGIC);
         out.extend_from_slice(&(self.primary.len() as u32).to_le_bytes());
@@ -32,21 +35,26 @@ impl Tables {
                 out.extend_from_slice(&w.to_le_bytes());
             }
         }
+        for i in 0..self.secondary.len() {
+            out.push(extents.get(i).copied().unwrap_or(0));
+        }
         out
     }
 
     /// Parses a table image and checks it against the geometry.
     pub fn decode(b: &[u8], geometry: &Layout, secondary: u32) -> Result<Tables> {
         let bad = |m: &str| Error::corrupt(format!("persisted bucket tables: {m}"));
-        if b.len() < 16 || &b[..8] != TABLE_MAGIC {
+        if b.len() < 16 || (&b[..8] != TABLE_MAGIC && &b[..8] != TABLE_MAGIC_1) {
             return Err(bad("bad magic"));
         }
+        let with_extents = &b[..8] == TABLE_MAGIC;
         let np = rd32(b, 8) as usize;
         let ns = rd32(b, 12) as usize;
         if np != geometry.primary_buckets() as usize || ns != secondary as usize {
             return Err(bad("bucket counts disagree with the superblock"));
         }
-        if b.len() != 16 + np * PRIMARY_ENTRY + ns * SECONDARY_ENTRY {
+        let entries = 16 + np * PRIMARY_ENTRY + ns * SECONDARY_ENTRY;
+        if b.len() != entries + if with_extents { ns } else { 0 } {
             return Err(bad("wrong length"));
         }
         let mut t = Tables::new(geometry, secondary);
@@ -75,6 +83,13 @@ impl Tables {
                 t.free.insert(i as u32);
             }
             at += SECONDARY_ENTRY;
+        }
+        if with_extents {
+            let max = geometry.blocks_per_secondary + 1;
+            t.extents = b[entries..]
+                .iter()
+                .map(|&e| if u32::from(e) > max { 0 } else { e })
+                .collect();
         }
         t.validate_links(geometry)
             .map_err(|e| bad(&format!("{e}")))?;
@@ -105,8 +120,15 @@ mod tests {
             filter: [1, 2, 3, 4],
         };
         t.free.remove(&2);
-        let img = t.encode();
+        t.extents = vec![0, 0, 3];
+        let img = t.encode(&t.extents);
         assert_eq!(Tables::decode(&img, &g, 3).expect("decodes"), t);
+        // An image of the version before extents still decodes, extents unknown.
+        let mut v1 = img[..img.len() - 3].to_vec();
+        v1[..8].copy_from_slice(TABLE_MAGIC_1);
+        let old = Tables::decode(&v1, &g, 3).expect("decodes");
+        assert!(old.extents.is_empty());
+        assert_eq!(old.secondary, t.secondary);
         assert!(Tables::decode(&img, &g, 4).is_err());
         let mut bad = img.clone();
         // Point the chain at itself: must be refused, never loop.

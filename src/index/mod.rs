@@ -10,7 +10,7 @@ mod tables;
 mod walk;
 
 pub use accel::{next_in_mask, Accel};
-pub use image::TABLE_MAGIC;
+pub use image::{TABLE_MAGIC, TABLE_MAGIC_1};
 pub use locate::Found;
 pub use tables::{filter_add, filter_has, SecondaryEntry, Tables};
 pub use walk::ChainWalk;
@@ -33,11 +33,12 @@ pub struct Index {
 
 impl Index {
     /// An index over `tables` of a store with geometry `geo` and hash `seed`.
-    pub fn new(tables: Tables, geo: Layout, seed: u64) -> Index {
+    pub fn new(mut tables: Tables, geo: Layout, seed: u64) -> Index {
         // Empty buckets need no extent learning (see `Accel::new`).
-        let accel = Accel::new(geo.primary_buckets(), |g| {
+        let mut accel = Accel::new(geo.primary_buckets(), |g| {
             tables.primary.get(g as usize).is_some_and(|e| e.used == 0)
         });
+        accel.set_secondary_extents(std::mem::take(&mut tables.extents));
         Index {
             tables,
             accel,

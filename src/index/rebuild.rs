@@ -45,6 +45,7 @@ impl Tables {
             let mut identity: Option<(u32, u32)> = None;
             let mut used = 0;
             let mut filter = [0u64; 4];
+            let mut written = 0u64;
             for b in start..start + geometry.blocks_per_secondary as u64 {
                 let blk = BlockRef(reader.block(b)?);
                 if !blk.crc_ok() {
@@ -65,11 +66,13 @@ impl Tables {
                     )));
                 }
                 identity = Some(id);
+                written = b - start + 1;
                 used += blk.used();
                 for i in blk.occupied_slots() {
                     filter_add(&mut filter, blk.key_fp(i));
                 }
             }
+            t.extents.push(u8::try_from(written + 1).unwrap_or(0));
             let e = &mut t.secondary[s as usize];
             e.used = used;
             e.filter = filter;

@@ -76,6 +76,10 @@ pub struct Tables {
     pub secondary: Vec<SecondaryEntry>,
     /// Secondary buckets not linked to any chain, lowest first.
     pub free: BTreeSet<u32>,
+    /// Per secondary bucket, as read from a table image or learnt by a
+    /// rebuild: 0 unknown, else 1 + the blocks worth reading (up to the
+    /// highest written). Handed to the accelerators when the index is built.
+    pub extents: Vec<u8>,
 }
 
 impl Tables {
@@ -94,6 +98,7 @@ impl Tables {
             primary,
             secondary: vec![SecondaryEntry::free(); secondary as usize],
             free: (0..secondary).collect(),
+            extents: Vec::new(),
         }
     }
 
