@@ -1,6 +1,6 @@
 //! Durability: the modes, block copies for the journaled modes, commits and checkpoints.
 
-use super::group::{Group, Staged};
+use super::group::{Blocks, Group, Staged};
 use super::Pager;
 use crate::error::{Error, Result};
 use crate::format::delta;
@@ -123,6 +123,19 @@ impl Pager {
             // thread's stage may hold this caller's changes).
             return Ok(Some(self.group.last_staged()));
         }
+        match self.stage_dirty() {
+            Ok(stage) => Ok(Some(stage)),
+            Err(e) => {
+                // Changes left the dirty set without reaching the queue:
+                // the handle is unusable; reopening replays what is durable.
+                self.fail();
+                Err(e)
+            }
+        }
+    }
+
+    /// Queues the dirty blocks as one stage (images, or deltas where allowed).
+    fn stage_dirty(&mut self) -> Result<u64> {
         let mut blocks = Vec::with_capacity(self.dirty.len());
         let dirty: Vec<u64> = self.dirty.drain().collect();
         for n in dirty {
@@ -158,7 +171,15 @@ impl Pager {
         for n in names {
             self.staged_in.insert(n, stage);
         }
-        Ok(Some(stage))
+        Ok(stage)
+    }
+
+    /// Makes the handle unusable after a failure that left the store file,
+    /// the journal or the private copies out of step: nothing more is
+    /// staged or committed, and a reopen replays what is durable.
+    fn fail(&mut self) {
+        self.poisoned = true;
+        self.group.set_failed();
     }
 
     /// Copies the durable batches into the store file, and drops the
@@ -168,8 +189,16 @@ impl Pager {
         if done.is_empty() {
             return Ok(());
         }
+        // A batch half copied in leaves blocks whose store-file copy is not
+        // their last journaled version (a delta from it would be wrong): fatal.
+        self.copy_in(done).inspect_err(|_| self.fail())?;
+        self.group.hook(SyncPoint::Applied);
+        Ok(())
+    }
+
+    /// Copies durable batches into the store file, oldest first.
+    fn copy_in(&mut self, done: Vec<(u64, Blocks)>) -> Result<()> {
         for (top, blocks) in done {
-            self.applied_top = self.applied_top.max(top);
             // A small commit is copied in with `pwrite` (no write-protect
             // fault on a clean page, which threads committing at once
             // contend for); a large one through the map (a syscall per block
@@ -188,8 +217,8 @@ impl Pager {
                     self.staged_in.remove(n);
                 }
             }
+            self.applied_top = self.applied_top.max(top);
         }
-        self.group.hook(SyncPoint::Applied);
         Ok(())
     }
 
@@ -228,7 +257,12 @@ impl Pager {
         self.file.flush()?;
         group.hook(SyncPoint::StoreSynced);
         if let Some(j) = s.journal.as_mut() {
-            j.reset()?;
+            if let Err(e) = j.reset() {
+                // The old round may still replay, or not: commit nothing more.
+                drop(s);
+                self.fail();
+                return Err(e);
+            }
         }
         self.imaged.clear();
         group.note_len(&s);

@@ -207,6 +207,11 @@ impl Group {
         *guard(&self.hook) = hook;
     }
 
+    /// Marks the group failed: nothing more is committed until reopen.
+    pub(super) fn set_failed(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
     /// True once a journal write failed.
     pub(super) fn failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
