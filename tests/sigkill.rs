@@ -28,6 +28,11 @@
 //! (process crash only: every call that returned is in the page cache,
 //! which survives the process). `TAGSTORE_SIGKILL_KILLS=n` changes both;
 //! `TAGSTORE_SIGKILL_SEED=s` fixes the random delays (printed otherwise).
+//! `TAGSTORE_SIGKILL_EARLY=n` makes every kill early except every n-th
+//! (instead of every fifth early), so more kills land in recovery and in
+//! the first writes after it. `TAGSTORE_SIGKILL_KEEP=dir` copies a store
+//! that does not recover, as the kill left it and as its child found it
+//! (`before.tags`), into a new directory under `dir` for analysis.
 //! `sigkill_growing_store` loads over 20,000 tags (8 kills, `None` mode)
 //! into a store created with no size hint, so the kills land among hundreds
 //! of bucket splits; it asserts the store grew to at least 200 buckets per
@@ -165,6 +170,26 @@ fn assert_finds(store: &Store, want: &BTreeSet<Tag>, when: &str) {
     }
 }
 
+/// With `TAGSTORE_SIGKILL_KEEP=dir`: copies the store a kill left (and
+/// the store as the child found it, `before.tags`) under `dir` for analysis.
+fn keep_failed(path: &Path, scratch: &Path, when: &str) {
+    let Some(dir) = std::env::var_os("TAGSTORE_SIGKILL_KEEP") else {
+        return;
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let to = Path::new(&dir).join(format!("fail-{stamp}"));
+    let _ = std::fs::create_dir_all(&to);
+    let _ = std::fs::write(to.join("when.txt"), when);
+    copy_store(path, &to.join("killed.tags"));
+    let before = scratch.join("before.tags");
+    if before.exists() {
+        copy_store(&before, &to.join("before.tags"));
+    }
+    eprintln!("kept the failed store in {}", to.display());
+}
+
 /// Recovers a copy of the killed store and checks it; returns whether the
 /// in-flight operation took effect.
 fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
@@ -172,7 +197,10 @@ fn verify_copy(path: &Path, scratch: &Path, done: u64, when: &str) -> bool {
     let _ = std::fs::remove_file(&copy);
     let _ = std::fs::remove_file(journal_path(&copy));
     copy_store(path, &copy);
-    let store = Store::open(&copy).unwrap_or_else(|e| panic!("{when}: open did not recover: {e}"));
+    let store = Store::open(&copy).unwrap_or_else(|e| {
+        keep_failed(path, scratch, when);
+        panic!("{when}: open did not recover: {e}")
+    });
     let before = model(done);
     let after = model(done + 1);
     let (_, in_flight) = op(done);
@@ -251,6 +279,12 @@ fn run_kills(
     let (mut with_acks, mut in_flight_applied) = (0u32, 0u32);
     for k in 0..kills {
         let when = format!("{mode_name} kill {k} (seed {seed}, from operation {done})");
+        if std::env::var_os("TAGSTORE_SIGKILL_KEEP").is_some() {
+            let before = dir.path().join("before.tags");
+            let _ = std::fs::remove_file(&before);
+            let _ = std::fs::remove_file(journal_path(&before));
+            copy_store(&path, &before);
+        }
         let mut child = self_child("sigkill_child")
             .env(CHILD_ENV, &path)
             .env(MODE_ENV, mode_name)
@@ -282,7 +316,10 @@ fn run_kills(
         // it may land inside recovery. The others wait for the child to be
         // ready and for a random number of acknowledgements, then a random
         // fraction of a moment, so the kill lands at a random point of a call.
-        let early = k % 5 == 2;
+        let early = match std::env::var("TAGSTORE_SIGKILL_EARLY") {
+            Ok(v) => k % v.parse::<u64>().unwrap_or(5) != 0,
+            Err(_) => k % 5 == 2,
+        };
         let target = if early {
             0
         } else {

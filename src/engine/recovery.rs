@@ -60,7 +60,12 @@ pub fn intent_redo(
             None => file.block(addr.block)?.into(),
         };
         let mut b = BlockMut(&mut img);
-        if b.as_ref().is_unwritten() {
+        // A block that fails its checksum may have been killed inside its
+        // first write, its identity half stored (the kind byte and no
+        // owner): an INSERT's target block has exactly the identity the
+        // record names, so it is rewritten with the slot.
+        let torn = !b.as_ref().crc_ok();
+        if b.as_ref().is_unwritten() || (torn && intent.op == IntentOp::Insert) {
             b.set_identity(kind, owner, ordinal);
         }
         match intent.op {
@@ -80,9 +85,14 @@ pub fn intent_redo(
 /// Repairs the blocks a bucket split killed mid-write may have left torn
 /// (mapped mode: a slot or a zeroing written, the checksum not yet): a slot
 /// is kept only when it is marked occupied, decodes and hashes to its
-/// fingerprint; a block whose header was zeroed is zeroed whole. The split
-/// is then finished (`State::redo_split`): a tag dropped here from one chain
-/// is still in the other. Returns the blocks repaired.
+/// fingerprint; a block whose header was zeroed is zeroed whole, and so is
+/// a block killed inside its first write before its identity was whole
+/// (no kind, a kind its place in the file does not have, an owner other
+/// than its primary bucket, no chain position in a secondary bucket):
+/// sealing that would make a block the rebuild rejects. Its tag is still
+/// where it was moving from. The split is then finished
+/// (`State::redo_split`): a tag dropped here from one chain is still in the
+/// other. Returns the blocks repaired.
 pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64) -> Result<u64> {
     let mut fixed = 0;
     for b in INTENT_BLOCK + 1..blocks {
@@ -94,7 +104,7 @@ pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64)
         }
         let mut img: Box<[u8]> = raw.into();
         let mut m = BlockMut(&mut img);
-        if zero_header {
+        if zero_header || !identity_fits(&r, geo, b) {
             m.0.fill(0);
         } else {
             let half = geo.half_of(m.as_ref().owner());
@@ -115,6 +125,25 @@ pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64)
         fixed += 1;
     }
     Ok(fixed)
+}
+
+/// True when block `b`'s header names a whole identity that fits its
+/// place: a primary block of bucket `g` says primary, owner `g`, position
+/// 0; a secondary block says secondary, an existing owner, a position
+/// from 1. A first write killed before its identity was whole fails this
+/// (the block was all zeros before it).
+fn identity_fits(blk: &BlockRef<'_>, geo: &Layout, b: u64) -> bool {
+    match geo.block_at(b) {
+        BlockAt::Primary { g, .. } => {
+            blk.kind() == KIND_PRIMARY && blk.owner() == g && blk.ordinal() == 0
+        }
+        BlockAt::Secondary { .. } => {
+            blk.kind() == KIND_SECONDARY
+                && blk.owner() < geo.primary_buckets()
+                && blk.ordinal() != 0
+        }
+        BlockAt::Meta => true,
+    }
 }
 
 /// Redoes the recorded operation in the file and clears the intent record.

@@ -201,10 +201,21 @@ impl BlockMut<'_> {
         BlockRef(self.0)
     }
     /// Sets kind, owner and ordinal (first write of a block).
+    ///
+    /// Stored in that order, owner, ordinal, then the kind byte (the
+    /// compiler may not reorder them), so a kill inside a first write
+    /// through the map leaves either no kind or the whole identity: a
+    /// block with a kind never names an owner or position it was not
+    /// given. Recovery zeroes a torn block with no kind
+    /// (`recovery::repair_split`) or gives it the intent's identity.
     pub fn set_identity(&mut self, kind: u8, owner: u32, ordinal: u32) {
-        self.0[OFF_KIND] = kind;
+        use std::sync::atomic::{compiler_fence, Ordering};
         self.0[OFF_OWNER..OFF_OWNER + 4].copy_from_slice(&owner.to_le_bytes());
+        compiler_fence(Ordering::SeqCst);
         self.0[OFF_ORDINAL..OFF_ORDINAL + 4].copy_from_slice(&ordinal.to_le_bytes());
+        compiler_fence(Ordering::SeqCst);
+        self.0[OFF_KIND] = kind;
+        compiler_fence(Ordering::SeqCst);
     }
     fn set_bitmap(&mut self, v: u32) {
         self.0[OFF_BITMAP..OFF_BITMAP + 4].copy_from_slice(&v.to_le_bytes());
