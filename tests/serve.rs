@@ -921,3 +921,36 @@ fn half_only_nodes_store_the_half_their_key_names() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--half-only"));
 }
+
+/// The server is one event loop: a client sending a large request in small
+/// pieces (parsed as they come, resuming where the last parse stopped)
+/// must not hold up the others. While one client trickles a SADD of 2,000
+/// members in 400 pieces, another is answered after every piece, and the
+/// trickled request, once whole, is answered and applied exactly.
+#[test]
+fn a_request_sent_in_pieces_does_not_hold_up_other_clients() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut slow = srv.client();
+    let mut other = srv.client();
+    let members: Vec<String> = (0..2000).map(|i| format!("member-{i:05}")).collect();
+    let mut args: Vec<&[u8]> = vec![b"SADD", b"o:1:r:slow"];
+    args.extend(members.iter().map(|m| m.as_bytes()));
+    let wire = encode(&args);
+    let piece = wire.len().div_ceil(400);
+    for (k, chunk) in wire.chunks(piece).enumerate() {
+        slow.send_raw(chunk);
+        // Whatever part of the request has arrived, the other client is served.
+        assert_eq!(
+            other.call(&["SISMEMBER", "o:1:r:other", "x"]),
+            R::Int(0),
+            "piece {k}"
+        );
+    }
+    assert_eq!(slow.read().expect("reply"), R::Int(2000));
+    assert_eq!(other.call(&["SCARD", "o:1:r:slow"]), R::Int(2000));
+    assert_eq!(
+        other.call(&["SISMEMBER", "s:1:r:member-01999", "slow"]),
+        R::Int(1)
+    );
+}
