@@ -142,16 +142,40 @@ struct Server {
 
 impl Server {
     fn start(store: &Path, extra: &[&str]) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("serve")
+        Self::start_with(store, extra, None)
+    }
+
+    /// Starts the server, with its file-size limit (RLIMIT_FSIZE) at
+    /// `fsize` bytes when given and SIGXFSZ ignored: a write past it fails
+    /// with EFBIG, as a full disk fails with ENOSPC.
+    fn start_with(store: &Path, extra: &[&str], fsize: Option<u64>) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
             .arg(store)
             .args(["--listen", "127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tagstore serve");
+            .stderr(Stdio::inherit());
+        if let Some(limit) = fsize {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit and signal are async-signal-safe; nothing
+            // else runs between fork and exec.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: limit as libc::rlim_t,
+                        rlim_max: limit as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("spawn tagstore serve");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = String::new();
         out.read_line(&mut line).expect("read the listening line");
@@ -178,6 +202,18 @@ impl Server {
         // SAFETY: signalling our own child, which has not been reaped.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
         self.child.wait().expect("wait")
+    }
+
+    /// Waits (up to 30 s) for the server to exit on its own.
+    fn child_wait(mut self) -> ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the server did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGKILL, and wait for it.
@@ -953,4 +989,44 @@ fn a_request_sent_in_pieces_does_not_hold_up_other_clients() {
         other.call(&["SISMEMBER", "s:1:r:member-01999", "slow"]),
         R::Int(1)
     );
+}
+
+/// A commit that fails (here the journal cannot grow: a file-size limit
+/// below its first write-ahead step, as a full disk would) leaves the
+/// server's store handle unusable: the writing client is told the commit
+/// failed and is disconnected, the server exits with status 1 instead of
+/// serving on, and the store reopens consistent without the write.
+#[test]
+fn a_failed_commit_answers_nothing_of_its_turn_and_stops_the_server() {
+    let (_d, path) = temp_store();
+    {
+        let srv = Server::start(&path, &[]);
+        let mut c = srv.client();
+        assert_eq!(c.call(&["SADD", "o:1:r:kept", "before"]), R::Int(1));
+        assert_eq!(srv.term().code(), Some(0));
+    }
+    let size = std::fs::metadata(&path).expect("store").len();
+    let srv = Server::start_with(
+        &path,
+        &["--durability", "immediate"],
+        Some(size + 64 * 1024),
+    );
+    let mut w = srv.client();
+    w.send(&[b"SADD", b"o:1:r:lost", b"after"]);
+    match w.read() {
+        Ok(R::Err(m)) => assert!(m.starts_with("ERR commit failed"), "{m}"),
+        other => panic!("expected the commit error, got {other:?}"),
+    }
+    assert!(w.closed(), "the writer's connection stays open");
+    let status = srv.child_wait();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let store = tagstore::Store::open(&path).expect("reopen");
+    assert_eq!(store.find_subjects("kept", "r").count(), 1);
+    assert_eq!(
+        store.find_subjects("lost", "r").count(),
+        0,
+        "a lost write came back"
+    );
+    assert!(store.check().expect("check").ok());
+    store.close().expect("close");
 }
