@@ -108,7 +108,7 @@ impl CountsFile {
                     },
                     Some(c),
                 ) if version == c.version + 1 => {
-                    c.apply(&deltas);
+                    c.apply(deltas);
                     c.processed.extend(ids);
                     c.version = version;
                     c.own_only &= !foreign;

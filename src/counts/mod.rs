@@ -27,7 +27,7 @@ use crate::format::Tag;
 use std::path::Path;
 
 /// Distinct pending keys past which a handle merges its own increment.
-pub const AUTO_MERGE_KEYS: usize = 1_000_000;
+pub const AUTO_MERGE_KEYS: usize = 100_000;
 
 /// What the write path feeds as tags change: this handle's pending deltas.
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 use super::increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
 use super::log::{CountsFile, Record};
 use crate::error::{Error, Result};
+use foldhash::HashMap as FastMap;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -13,9 +14,10 @@ pub struct Counts {
     /// True while every merged increment came from this store's own tags, so
     /// the counts can be rebuilt from (and checked against) the tags.
     pub own_only: bool,
+    /// By relationship, then subject (looked up by `&str`, no allocation).
     /// Signed: increments of one writer may merge out of order, so a count
     /// can dip below zero until the earlier increment arrives.
-    counts: HashMap<(String, String), i64>,
+    counts: FastMap<String, FastMap<String, i64>>,
     cloud: BTreeMap<String, BTreeSet<(Reverse<u64>, String)>>,
     /// The load cut off a torn or damaged record.
     pub cut: bool,
@@ -47,11 +49,7 @@ impl Counts {
     }
 
     pub(super) fn set(&mut self, r: String, s: String, n: i64) {
-        let old = self
-            .counts
-            .get(&(r.clone(), s.clone()))
-            .copied()
-            .unwrap_or(0);
+        let old = self.signed(&r, &s);
         if old == n {
             return;
         }
@@ -66,22 +64,26 @@ impl Counts {
             self.cloud.remove(&r);
         }
         if n != 0 {
-            self.counts.insert((r, s), n);
-        } else {
-            self.counts.remove(&(r, s));
+            self.counts.entry(r).or_default().insert(s, n);
+        } else if let Some(m) = self.counts.get_mut(&r) {
+            m.remove(&s);
+            if m.is_empty() {
+                self.counts.remove(&r);
+            }
         }
     }
 
-    pub(super) fn apply(&mut self, deltas: &[(String, String, i64)]) {
+    pub(super) fn apply(&mut self, deltas: Vec<(String, String, i64)>) {
         for (r, s, d) in deltas {
-            let old = self.signed(r, s);
-            self.set(r.clone(), s.clone(), old + d);
+            let old = self.signed(&r, &s);
+            self.set(r, s, old + d);
         }
     }
 
     fn signed(&self, relationship: &str, subject: &str) -> i64 {
         self.counts
-            .get(&(relationship.to_owned(), subject.to_owned()))
+            .get(relationship)
+            .and_then(|m| m.get(subject))
             .copied()
             .unwrap_or(0)
     }
@@ -93,12 +95,15 @@ impl Counts {
 
     /// Sum of all counts (equals the tag count when `own_only`).
     pub fn total(&self) -> i64 {
-        self.counts.values().sum()
+        self.counts.values().flat_map(|m| m.values()).sum()
     }
 
     /// Every non-zero count, sorted (for checks).
     pub fn all(&self) -> BTreeMap<(String, String), i64> {
-        self.counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        self.counts
+            .iter()
+            .flat_map(|(r, m)| m.iter().map(move |(s, n)| ((r.clone(), s.clone()), *n)))
+            .collect()
     }
 
     /// The top `k` subjects of a relationship with weights.
@@ -146,18 +151,27 @@ impl Counts {
                 ..MergeOutcome::default()
             });
         }
-        let queue = std::mem::take(&mut self.queue);
-        let mut merged: BTreeMap<(String, String), i64> = BTreeMap::new();
-        for inc in &queue {
-            for (r, s, d) in &inc.deltas {
-                *merged.entry((r.clone(), s.clone())).or_default() += d;
+        let mut queue = std::mem::take(&mut self.queue);
+        let deltas = if let [one] = queue.as_mut_slice() {
+            // One increment (a handle's own changes): its keys are distinct
+            // already; sorted, as a merge of several would be.
+            let mut d = std::mem::take(&mut one.deltas);
+            d.retain(|x| x.2 != 0);
+            d.sort_unstable();
+            d
+        } else {
+            let mut merged: BTreeMap<(String, String), i64> = BTreeMap::new();
+            for inc in &queue {
+                for (r, s, d) in &inc.deltas {
+                    *merged.entry((r.clone(), s.clone())).or_default() += d;
+                }
             }
-        }
-        let deltas: Vec<(String, String, i64)> = merged
-            .into_iter()
-            .filter(|(_, d)| *d != 0)
-            .map(|((r, s), d)| (r, s, d))
-            .collect();
+            merged
+                .into_iter()
+                .filter(|(_, d)| *d != 0)
+                .map(|((r, s), d)| (r, s, d))
+                .collect()
+        };
         let ids: Vec<IncrementId> = queue.iter().map(|i| i.id).collect();
         let foreign = ids.iter().any(|i| i.writer != own_writer);
         let rec = Record::Merge {
@@ -166,14 +180,21 @@ impl Counts {
             deltas,
             foreign,
         };
-        if let Err(e) = file.append(&rec) {
-            self.queue = queue;
-            return Err(e);
-        }
+        let appended = file.append(&rec);
         let Record::Merge { deltas, .. } = rec else {
             return Err(Error::corrupt("merge record changed kind"));
         };
-        self.apply(&deltas);
+        if let Err(e) = appended {
+            if let [one] = queue.as_mut_slice() {
+                if one.deltas.is_empty() {
+                    // Taken above: back, for the next attempt.
+                    one.deltas = deltas;
+                }
+            }
+            self.queue = queue;
+            return Err(e);
+        }
+        self.apply(deltas);
         self.processed.extend(ids);
         self.version += 1;
         self.own_only &= !foreign;
@@ -203,7 +224,7 @@ impl Counts {
         let mut counts: Vec<(String, String, i64)> = self
             .counts
             .iter()
-            .map(|((r, s), n)| (r.clone(), s.clone(), *n))
+            .flat_map(|(r, m)| m.iter().map(move |(s, n)| (r.clone(), s.clone(), *n)))
             .collect();
         counts.sort_unstable();
         let mut processed: Vec<IncrementId> = self.processed.iter().copied().collect();
