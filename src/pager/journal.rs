@@ -10,7 +10,7 @@
 //! cut fails its CRC and is dropped: its changes were never acknowledged and
 //! never reached the store file.
 //!
-//! The file is written ahead with zeros (256 KB, then doubling up to 8 MB a
+//! The file is written ahead with zeros (256 KB, then doubling up to 1 MB a
 //! step) and reused after each checkpoint, so a commit overwrites allocated
 //! bytes and its `fdatasync` has no file size or block map to update. A
 //! checkpoint zeroes the first commit's header and starts a new *round* with
@@ -63,7 +63,7 @@ const HEADER_1: usize = 32;
 const ENTRY_1: usize = 8 + BLOCK_SIZE;
 /// First and largest step of writing the file ahead.
 const AHEAD_MIN: u64 = 256 << 10;
-const AHEAD_MAX: u64 = 8 << 20;
+const AHEAD_MAX: u64 = 1 << 20;
 
 /// Path of the journal beside a store file.
 pub fn journal_path(store: &Path) -> PathBuf {
