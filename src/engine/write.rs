@@ -80,16 +80,7 @@ impl State {
         if pe.used < geo.primary_capacity() {
             let written = self.index.accel.known_extent(g).unwrap_or(u32::MAX);
             return match self.first_free(geo.primary_start(g), geo.blocks_per_primary, written)? {
-                Some(addr) => Ok(Plan {
-                    addr,
-                    id: Identity {
-                        kind: KIND_PRIMARY,
-                        owner: g,
-                        ordinal: 0,
-                    },
-                    sec: None,
-                    new_link: false,
-                }),
+                Some(addr) => Ok(Plan::primary(g, addr)),
                 None => Err(Error::corrupt(format!(
                     "primary bucket {g}: table counts {} used slots but its blocks are full",
                     pe.used
