@@ -19,15 +19,10 @@
 
 mod common;
 
-use common::crash::{assert_check_ok, whole};
+use common::crash::{assert_check_ok, small_split_store, split_tag as tag, whole};
 use std::collections::BTreeSet;
 use std::fs;
-use tagstore::{CreateOptions, Store, Tag};
-
-fn tag(i: usize) -> Tag {
-    // Few subjects: their chains are long and the splits move many tags.
-    Tag::new(format!("obj-{i:05}"), "r", format!("subj-{}", i % 7))
-}
+use tagstore::{Store, Tag};
 
 const BASE: usize = 400;
 const MORE: usize = 120;
@@ -36,19 +31,7 @@ const MORE: usize = 120;
 fn crash_at_every_write_of_a_split_leaves_each_tag_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = dir.path().join("base.tags");
-    let opts = CreateOptions {
-        expected_tags: 100,
-        primary_buckets_per_half: Some(2),
-        blocks_per_primary: Some(2),
-        blocks_per_secondary: Some(1),
-        seed: Some(0x5_0117),
-    };
-    let s = Store::create(&base, &opts).expect("create");
-    for i in 0..BASE {
-        assert!(s.insert(&tag(i)).expect("load"));
-    }
-    let buckets_before = s.stats().expect("stats").primary_buckets;
-    s.close().expect("close");
+    let buckets_before = small_split_store(&base, BASE, 0x5_0117);
 
     let mut after_splits = 0;
     let mut k = 0u64;

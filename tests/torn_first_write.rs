@@ -24,18 +24,13 @@
 
 mod common;
 
-use common::crash::{assert_check_ok, whole};
+use common::crash::{assert_check_ok, small_split_store, split_tag as tag, whole};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
-use tagstore::{CreateOptions, Store, Tag};
+use tagstore::{Store, Tag};
 
 const BLOCK: usize = 4096;
-
-fn tag(i: usize) -> Tag {
-    // Few subjects: their chains link secondary buckets and the splits move many tags.
-    Tag::new(format!("obj-{i:05}"), "r", format!("subj-{}", i % 7))
-}
 
 const BASE: usize = 300;
 const MORE: usize = 160;
@@ -86,19 +81,7 @@ fn verify(path: &Path, acked: &BTreeSet<Tag>, in_flight: &Tag, when: &str) {
 fn a_kill_inside_the_first_write_of_a_block_recovers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let base = dir.path().join("base.tags");
-    let opts = CreateOptions {
-        expected_tags: 100,
-        primary_buckets_per_half: Some(2),
-        blocks_per_primary: Some(2),
-        blocks_per_secondary: Some(1),
-        seed: Some(0x70_12E),
-    };
-    let s = Store::create(&base, &opts).expect("create");
-    for i in 0..BASE {
-        assert!(s.insert(&tag(i)).expect("load"));
-    }
-    let buckets_before = s.stats().expect("stats").primary_buckets;
-    s.close().expect("close");
+    let buckets_before = small_split_store(&base, BASE, 0x70_12E);
 
     let (before, after) = (dir.path().join("k.tags"), dir.path().join("k1.tags"));
     let torn = dir.path().join("torn.tags");

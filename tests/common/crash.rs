@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use tagstore::{Durability, Store, Tag};
+use tagstore::{CreateOptions, Durability, Store, Tag};
 
 // ------------------------------------------------------------ tag checks
 
@@ -217,4 +217,31 @@ pub fn fill_up(dir: &Path) -> PathBuf {
     while f.write_all(&chunk).is_ok() {}
     let _ = f.flush();
     p
+}
+
+/// Tag `i` of the split workloads: few subjects, so their chains link
+/// secondary buckets and the splits move many tags.
+pub fn split_tag(i: usize) -> Tag {
+    Tag::new(format!("obj-{i:05}"), "r", format!("subj-{}", i % 7))
+}
+
+/// Creates at `path` a store of tiny buckets (2 per half of 2 blocks,
+/// 1-block secondary buckets, hash `seed`) holding `split_tag(0..n)`, and
+/// closes it; returns its primary bucket count, so that a test can tell
+/// when later inserts split.
+pub fn small_split_store(path: &Path, n: usize, seed: u64) -> u64 {
+    let opts = CreateOptions {
+        expected_tags: 100,
+        primary_buckets_per_half: Some(2),
+        blocks_per_primary: Some(2),
+        blocks_per_secondary: Some(1),
+        seed: Some(seed),
+    };
+    let s = Store::create(path, &opts).expect("create");
+    for i in 0..n {
+        assert!(s.insert(&split_tag(i)).expect("load"));
+    }
+    let buckets = s.stats().expect("stats").primary_buckets;
+    s.close().expect("close");
+    buckets
 }
