@@ -16,7 +16,6 @@ use common::cli::{
 };
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 
 /// The progress bar's style and estimate, compiled in from the binary's source.
@@ -50,21 +49,7 @@ fn store_with_tags(name: &str, n: usize) -> (tempfile::TempDir, std::path::PathB
 fn run_size_limited(args: &[&str], limit: u64) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args);
-    // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs
-    // between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let lim = libc::rlimit {
-                rlim_cur: limit as libc::rlim_t,
-                rlim_max: limit as libc::rlim_t,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-            Ok(())
-        });
-    }
+    common::edge::limit_file_size(&mut cmd, limit);
     run_cmd(cmd, args, None, None)
 }
 

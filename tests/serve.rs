@@ -158,22 +158,7 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(limit) = fsize {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: setrlimit and signal are async-signal-safe; nothing
-            // else runs between fork and exec.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let lim = libc::rlimit {
-                        rlim_cur: limit as libc::rlim_t,
-                        rlim_max: limit as libc::rlim_t,
-                    };
-                    if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-                    Ok(())
-                });
-            }
+            common::edge::limit_file_size(&mut cmd, limit);
         }
         let mut child = cmd.spawn().expect("spawn tagstore serve");
         let mut out = BufReader::new(child.stdout.take().expect("stdout"));

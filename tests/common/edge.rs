@@ -160,3 +160,25 @@ pub fn link_dirs() -> LinkDirs {
     std::fs::create_dir(&links).expect("mkdir links");
     LinkDirs { dir, real, links }
 }
+
+/// Sets `cmd`'s file-size limit (RLIMIT_FSIZE) to `limit` bytes, with
+/// SIGXFSZ ignored, so a write past `limit` fails with EFBIG, as a full
+/// disk fails with ENOSPC, instead of killing the process.
+pub fn limit_file_size(cmd: &mut Command, limit: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs
+    // between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit {
+                rlim_cur: limit as libc::rlim_t,
+                rlim_max: limit as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+}
