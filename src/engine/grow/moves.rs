@@ -11,7 +11,6 @@ use crate::format::{
     SLOTS_PER_BLOCK,
 };
 use crate::index::{ChainWalk, Found};
-use crate::pager::Identity;
 use foldhash::{HashSet, HashSetExt};
 
 /// One tag on its way out of a chain (or out of the chain's tail).
@@ -128,16 +127,11 @@ impl State {
                 }
             }
         }
-        let id = Identity {
-            kind: KIND_PRIMARY,
-            owner: g,
-            ordinal: 0,
-        };
         let mut img = vec![0u8; BLOCK_SIZE];
         for (k, chunk) in moving.chunks(SLOTS_PER_BLOCK).enumerate() {
             img.fill(0);
             let mut blk = BlockMut(&mut img);
-            blk.set_identity(id.kind, id.owner, id.ordinal);
+            blk.set_identity(KIND_PRIMARY, g, 0);
             for (i, m) in chunk.iter().enumerate() {
                 blk.put(i, &m.slot, m.kfp, m.tfp);
             }
