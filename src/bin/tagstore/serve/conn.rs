@@ -1,6 +1,6 @@
 //! One client connection of the event loop: the bytes read and not yet run,
-//! the replies not yet sent, and the steps of a turn (read, run, release
-//! after the commit, send).
+//! the replies not yet sent, and the steps of a turn (read, run, send;
+//! the loop commits between the last two).
 
 use super::commands::{self, Context, Session};
 use super::resp::{self, Limits, Parsed, Progress, ProtocolError};
@@ -34,8 +34,6 @@ pub struct Conn {
     /// Replies; `out[sent..]` is not yet written to the socket.
     out: Vec<u8>,
     sent: usize,
-    /// `out[held..]` acknowledges writes of this turn not yet committed.
-    held: Option<usize>,
     /// Where this turn's replies start in `out`.
     turn_start: usize,
     /// Whole requests wait in `input` because the replies reached `FLUSH_AT`.
@@ -66,7 +64,6 @@ impl Conn {
             parsed: Progress::default(),
             out: Vec::new(),
             sent: 0,
-            held: None,
             turn_start: 0,
             backlog: false,
             eof: false,
@@ -125,9 +122,9 @@ impl Conn {
     }
 
     /// Runs every whole request read, in order, appending replies; true if
-    /// one of them wrote to the store. `commit` marks the replies after the
-    /// turn's first write as held until the commit.
-    pub fn run(&mut self, ctx: &Context<'_>, cfg: &Config, commit: bool) -> bool {
+    /// one of them wrote to the store. The loop commits the turn's writes
+    /// before it sends any reply (`send`).
+    pub fn run(&mut self, ctx: &Context<'_>, cfg: &Config) -> bool {
         self.backlog = false;
         self.turn_start = self.out.len();
         if self.closing || self.dead {
@@ -151,11 +148,7 @@ impl Conn {
                 Ok(Parsed::Skip(k)) => used += k,
                 Ok(Parsed::Request(args, k)) => {
                     used += k;
-                    let before = self.out.len();
                     let e = commands::execute(ctx, &mut self.session, &args, &mut self.out);
-                    if e.wrote && commit && self.held.is_none() {
-                        self.held = Some(before);
-                    }
                     wrote |= e.wrote;
                     self.closing = e.close;
                 }
@@ -175,16 +168,10 @@ impl Conn {
         wrote
     }
 
-    /// The turn's commit succeeded: the held replies may go.
-    pub fn release(&mut self) {
-        self.held = None;
-    }
-
     /// The turn's commit failed (the server stops): none of this turn's
     /// replies is sent, since a read may have seen a write that is not
     /// durable; the client is told why, and the connection closes.
     pub fn commit_failed(&mut self, why: &str) {
-        self.held = None;
         self.out.truncate(self.turn_start.max(self.sent));
         resp::error(
             &mut self.out,
@@ -196,9 +183,9 @@ impl Conn {
         self.input = Vec::new();
     }
 
-    /// Writes what the socket takes of the replies (none while held).
+    /// Writes what the socket takes of the replies.
     pub fn send(&mut self) {
-        if self.held.is_some() || self.dead {
+        if self.dead {
             return;
         }
         while self.unsent() > 0 {
@@ -242,6 +229,6 @@ impl Conn {
             }
             return stuck;
         }
-        self.closing || (self.eof && !self.backlog && self.held.is_none())
+        self.closing || (self.eof && !self.backlog)
     }
 }

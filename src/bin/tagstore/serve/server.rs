@@ -137,20 +137,18 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         // Run what they sent, in order per connection; one commit for all.
         let mut wrote = false;
         for c in &mut conns {
-            wrote |= c.run(&ctx, cfg, cfg.commit);
+            wrote |= c.run(&ctx, cfg);
         }
+        // The commit comes before any reply of the turn is sent.
         if wrote && cfg.commit {
-            match store.sync() {
-                Ok(()) => conns.iter_mut().for_each(Conn::release),
-                Err(e) => {
-                    // The handle is unusable now (reopen recovers what is
-                    // durable): answer nothing more from it, and stop.
-                    let why = e.to_string();
-                    eprintln!("tagstore serve: a commit failed, stopping: {why}");
-                    conns.iter_mut().for_each(|c| c.commit_failed(&why));
-                    failed = Some(why);
-                    STOP.store(true, Ordering::SeqCst);
-                }
+            if let Err(e) = store.sync() {
+                // The handle is unusable now (reopen recovers what is
+                // durable): answer nothing more from it, and stop.
+                let why = e.to_string();
+                eprintln!("tagstore serve: a commit failed, stopping: {why}");
+                conns.iter_mut().for_each(|c| c.commit_failed(&why));
+                failed = Some(why);
+                STOP.store(true, Ordering::SeqCst);
             }
         }
         for c in &mut conns {
