@@ -50,6 +50,11 @@ impl Counts {
 
     pub(super) fn set(&mut self, r: String, s: String, n: i64) {
         let old = self.signed(&r, &s);
+        self.change(r, s, old, n);
+    }
+
+    /// Moves the count of (`r`, `s`) from `old` (what it is) to `n`.
+    fn change(&mut self, r: String, s: String, old: i64, n: i64) {
         if old == n {
             return;
         }
@@ -76,7 +81,7 @@ impl Counts {
     pub(super) fn apply(&mut self, deltas: Vec<(String, String, i64)>) {
         for (r, s, d) in deltas {
             let old = self.signed(&r, &s);
-            self.set(r, s, old + d);
+            self.change(r, s, old, old + d);
         }
     }
 
