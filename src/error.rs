@@ -52,6 +52,8 @@ pub enum Error {
     Poisoned,
     /// A read-only open found a bucket split interrupted by a crash, which only a writable open finishes.
     SplitPending(PathBuf),
+    /// A read-only open found a bulk INSERT interrupted by a crash, which only a writable open finishes.
+    BulkPending(PathBuf),
 }
 
 impl Error {
@@ -98,6 +100,11 @@ impl fmt::Display for Error {
             Error::SplitPending(p) => write!(
                 f,
                 "{}: a bucket split was interrupted by a crash; open the store for writing once (any `tagstore insert`, `delete` or `maintain`) to finish it",
+                p.display()
+            ),
+            Error::BulkPending(p) => write!(
+                f,
+                "{}: a bulk insert was interrupted by a crash; open the store for writing once (any `tagstore insert`, `delete` or `maintain`) to finish it",
                 p.display()
             ),
             Error::Poisoned => write!(

@@ -5,6 +5,7 @@
 //! one writer at a time holds it. The counters' merged state lives beside it
 //! under its own mutex.
 
+mod bulk;
 mod counting;
 mod find;
 mod grow;
@@ -54,6 +55,8 @@ pub struct Store {
     path: PathBuf,
     /// Stale temporaries this handle's open removed (reported by `check`).
     removed: Vec<PathBuf>,
+    /// Insert batches from this many tags take the bulk path (`bulk.rs`).
+    bulk_min: AtomicUsize,
 }
 
 fn random_u64() -> Result<u64> {
@@ -77,6 +80,7 @@ impl Store {
             seed,
             path: path.to_path_buf(),
             removed: Vec::new(),
+            bulk_min: AtomicUsize::new(ops::BULK_MIN),
         })
     }
 
@@ -271,6 +275,11 @@ impl Store {
         if split.is_some() && !writable {
             return Err(Error::SplitPending(path.to_path_buf()));
         }
+        let bulk = !sb.clean()
+            && Intent::decode(file.block(INTENT_BLOCK)?).is_some_and(|i| i.op == IntentOp::Bulk);
+        if bulk && !writable {
+            return Err(Error::BulkPending(path.to_path_buf()));
+        }
         let persisted = if sb.clean() && !replayed {
             recovery::read_tables(&file, &sb)
         } else {
@@ -322,6 +331,10 @@ impl Store {
             if let Some((old, level)) = split {
                 state.redo_split(old, level)?;
                 // A tag caught in both chains was counted twice.
+                state.tag_count = state.index.count_stored(state.half_only());
+            }
+            if bulk {
+                state.redo_bulk()?;
                 state.tag_count = state.index.count_stored(state.half_only());
             }
         }
@@ -441,6 +454,15 @@ impl Store {
     #[cfg(feature = "test-hooks")]
     pub fn set_sync_hook(&self, hook: Option<crate::pager::SyncHook>) {
         self.lock().pager.set_sync_hook(hook);
+    }
+
+    /// Sets the batch size from which `insert_batch` takes the bulk path
+    /// (16,384) and the private copies past which it writes back (4,096),
+    /// so tests reach both with small batches.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_bulk_limits(&self, min_tags: usize, flush_blocks: usize) {
+        self.bulk_min.store(min_tags, Ordering::Relaxed);
+        self.lock().pager.set_bulk_flush_blocks(flush_blocks);
     }
 
     /// Sets the journal size past which a commit checkpoints (64 MB by

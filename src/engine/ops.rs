@@ -6,7 +6,14 @@ use crate::error::{Error, Result};
 use crate::format::tag::encode;
 use crate::format::{Half, Tag};
 use crate::pager::Durability;
+use std::sync::atomic::Ordering;
 use std::sync::RwLockWriteGuard;
+
+/// Insert batches from this many tags take the bulk path (`bulk.rs`).
+pub(super) const BULK_MIN: usize = 16_384;
+
+/// Tags a bulk round writes under one hold of the write lock.
+const BULK_ROUND: usize = 262_144;
 
 impl Store {
     /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
@@ -173,6 +180,10 @@ impl Store {
                 }
             }
         }
+        if insert && it.size_hint().0 >= self.bulk_min.load(Ordering::Relaxed) {
+            let all: Vec<&Tag> = it.collect();
+            return self.bulk(&all, out);
+        }
         while it.peek().is_some() {
             let mut st = match self.write() {
                 Ok(g) => g,
@@ -213,6 +224,41 @@ impl Store {
             }
         }
         (out, Ok(()))
+    }
+
+    /// A large insert batch: in mapped mode, a whole store, in rounds of
+    /// [`BULK_ROUND`] tags each written half by half (`bulk.rs`); else one
+    /// tag at a time.
+    fn bulk(&self, all: &[&Tag], mut out: BatchOutcome) -> (BatchOutcome, Result<()>) {
+        let r = (|| {
+            for round in all.chunks(BULK_ROUND) {
+                let mut st = self.write()?;
+                if st.pager.durability() != Durability::None || st.half_only() {
+                    drop(st);
+                    let (o, r) = self.batch(round.iter().copied(), true);
+                    out.changed += o.changed;
+                    out.unchanged += o.unchanged;
+                    r?;
+                    continue;
+                }
+                let mut plan = st.bulk_plan(round)?;
+                let n = st.bulk_insert(&mut plan)?;
+                for (t, new) in round.iter().zip(plan.inserted()) {
+                    if new {
+                        st.feed.change(t, 1);
+                    }
+                }
+                out.changed += n;
+                out.unchanged += round.len() as u64 - n;
+                let merge = st.feed.wants_merge();
+                drop(st);
+                if merge {
+                    self.merge_own_counts()?;
+                }
+            }
+            Ok(())
+        })();
+        (out, r)
     }
 
     /// Makes room for about `additional` more tags ahead of a load (the

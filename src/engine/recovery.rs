@@ -25,8 +25,8 @@ pub fn intent_redo(
     let Some(intent) = Intent::decode(file.block(INTENT_BLOCK)?) else {
         return Ok(Vec::new());
     };
-    if intent.op == IntentOp::Split {
-        // Finished on the open store (`State::redo_split`).
+    if matches!(intent.op, IntentOp::Split | IntentOp::Bulk) {
+        // Finished on the open store (`State::redo_split`, `State::redo_bulk`).
         return Ok(Vec::new());
     }
     let view = decode(&intent.tag)
@@ -70,7 +70,7 @@ pub fn intent_redo(
         }
         match intent.op {
             IntentOp::Insert => b.put(addr.slot as usize, &intent.tag, kfp, tfp),
-            IntentOp::Delete | IntentOp::Split => b.clear(addr.slot as usize),
+            IntentOp::Delete | IntentOp::Split | IntentOp::Bulk => b.clear(addr.slot as usize),
         }
         b.seal();
         out.push((addr.block, img));

@@ -15,6 +15,9 @@ pub enum IntentOp {
     Delete = 2,
     /// A bucket split: `object_identity` = (bucket split, level before it).
     Split = 3,
+    /// A bulk INSERT writing a batch one half at a time (no slot recorded):
+    /// recovery gives every tag stored in one half its other half.
+    Bulk = 4,
 }
 
 /// Slot address: block number and slot index; block `u64::MAX` means none.
@@ -87,6 +90,7 @@ impl Intent {
             1 => IntentOp::Insert,
             2 => IntentOp::Delete,
             3 => IntentOp::Split,
+            4 => IntentOp::Bulk,
             _ => return None,
         };
         let mut tag = [0u8; SLOT_SIZE];

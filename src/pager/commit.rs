@@ -86,6 +86,9 @@ impl Pager {
     /// Block `n` for writing: the private copy in journaled modes, else the map.
     pub(super) fn block_for_write(&mut self, n: u64) -> Result<&mut [u8]> {
         if self.durability == Durability::None {
+            if self.bulk.is_some() {
+                return self.bulk_copy(n, false);
+            }
             return self.file.block_mut(n);
         }
         if !self.overlay.contains_key(&n) {

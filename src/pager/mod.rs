@@ -6,6 +6,7 @@
 //! overlay), the write-ahead journal, commits and checkpoints, and the
 //! fault-injection hooks the crash tests use.
 
+mod bulk;
 mod commit;
 mod file;
 mod group;
@@ -61,6 +62,11 @@ pub struct Pager {
     poisoned: bool,
     /// Writes left before a simulated crash (tests).
     fail_after: Option<u64>,
+    /// A bulk write in progress (mapped mode): blocks with a private copy in
+    /// `overlay`, in the order first changed (`bulk.rs`).
+    bulk: Option<Vec<u64>>,
+    /// Private copies past which a bulk write goes back to the file.
+    bulk_flush_blocks: usize,
     /// Read-only recovery: blocks past the file's end up to here exist in
     /// memory only (the overlay's, or zeros). 0 when the file is all.
     virtual_blocks: u64,
@@ -90,6 +96,8 @@ impl Pager {
             durability: Durability::None,
             poisoned: false,
             fail_after: None,
+            bulk: None,
+            bulk_flush_blocks: bulk::BULK_FLUSH_BLOCKS,
             virtual_blocks: 0,
         }
     }

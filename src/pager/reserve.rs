@@ -44,7 +44,12 @@ impl Pager {
             _ => (b, 1),
         };
         let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
-        if fresh {
+        if fresh && self.bulk.is_some() {
+            // A bulk write backs them with its own positioned write.
+            for x in first..first + n {
+                self.bulk_copy(x, true)?;
+            }
+        } else if fresh {
             // A write of zeros costs less than fallocate plus the map's first
             // read of an unwritten extent (a major fault that zero-fills the
             // page): together those were a third of a bulk load.

@@ -74,7 +74,7 @@ impl Pager {
     /// the journaled modes.
     pub fn write_new_block(&mut self, n: u64, img: &[u8]) -> Result<()> {
         self.tick()?;
-        if self.durability == Durability::None {
+        if self.durability == Durability::None && self.bulk.is_none() {
             self.file.write_block(n, img)?;
         } else {
             self.block_for_write(n)?.copy_from_slice(img);

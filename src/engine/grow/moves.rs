@@ -247,7 +247,7 @@ impl State {
     }
 
     /// Every block of chain `g` worth reading, in order.
-    fn chain_blocks(&self, g: u32) -> Result<Vec<u64>> {
+    pub(in crate::engine) fn chain_blocks(&self, g: u32) -> Result<Vec<u64>> {
         let mut out = Vec::new();
         let mut walk = ChainWalk::new(g, g + 1, None);
         while let Some(b) = walk.next_block(&self.index, &self.pager)? {

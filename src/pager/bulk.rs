@@ -1,0 +1,108 @@
+//! Bulk writes in mapped mode: changed blocks kept as private copies and
+//! written back whole, in the order they were first changed, by `pwrite`.
+//!
+//! A bulk load touches every block of a fresh store: through the map each
+//! costs a write of zeros to back it, a read fault and a write-protect
+//! fault. Kept in memory and written back in runs, it costs a share of one
+//! large positioned write. A process killed meanwhile leaves each block
+//! either as it was or whole as written (a page is copied into the page
+//! cache whole), never torn; blocks reach the file in the order they were
+//! first changed, so a chain never has a later bucket without the earlier.
+
+use super::commit::Durability;
+use super::Pager;
+use crate::error::{Error, Result};
+use crate::format::BLOCK_SIZE;
+
+/// Private copies past which a bulk write goes back to the file (16 MiB).
+pub const BULK_FLUSH_BLOCKS: usize = 4096;
+
+impl Pager {
+    /// Starts a bulk write (mapped mode only): block writes go to private
+    /// copies until [`Pager::flush_bulk`].
+    pub fn begin_bulk(&mut self) {
+        if self.durability == Durability::None {
+            self.bulk = Some(Vec::new());
+        }
+    }
+
+    /// Writes back now if a bulk write holds enough private copies.
+    pub fn bulk_checkpoint(&mut self) -> Result<()> {
+        if self.bulk.as_ref().map_or(0, Vec::len) >= self.bulk_flush_blocks {
+            return self.flush_bulk();
+        }
+        Ok(())
+    }
+
+    /// Sets the private copies past which a bulk write goes back (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn set_bulk_flush_blocks(&mut self, blocks: usize) {
+        self.bulk_flush_blocks = blocks.max(1);
+    }
+
+    /// Block `n`'s private copy for a bulk write, made from the file's on
+    /// first use (`zeroed`: the block was never written, so no read).
+    pub(super) fn bulk_copy(&mut self, n: u64, zeroed: bool) -> Result<&mut [u8]> {
+        if !self.overlay.contains_key(&n) {
+            let copy: Box<[u8]> = if zeroed {
+                vec![0u8; BLOCK_SIZE].into()
+            } else {
+                self.file.block(n)?.into()
+            };
+            self.overlay.insert(n, copy);
+            if let Some(order) = self.bulk.as_mut() {
+                order.push(n);
+            }
+        }
+        self.overlay
+            .get_mut(&n)
+            .map(|b| &mut b[..])
+            .ok_or_else(|| Error::corrupt(format!("block {n} vanished from the bulk write set")))
+    }
+
+    /// Writes the private copies back in the order they were first
+    /// changed, adjacent blocks in one `pwrite`, and drops them. A failure
+    /// poisons the handle (the tables count what did not reach the file).
+    pub fn flush_bulk(&mut self) -> Result<()> {
+        let Some(order) = self.bulk.as_mut().map(std::mem::take) else {
+            return Ok(());
+        };
+        let mut run: Vec<u8> = Vec::new();
+        let mut i = 0;
+        while i < order.len() {
+            let start = order[i];
+            run.clear();
+            let mut next = start;
+            while i < order.len() && order[i] == next {
+                match self.overlay.remove(&next) {
+                    Some(img) => run.extend_from_slice(&img),
+                    None => {
+                        self.poisoned = true;
+                        return Err(Error::corrupt(format!(
+                            "block {next} vanished from the bulk write set"
+                        )));
+                    }
+                }
+                i += 1;
+                next += 1;
+            }
+            let at = start * BLOCK_SIZE as u64;
+            if let Err(e) = self.tick().and_then(|_| self.file.write_at(at, &run)) {
+                self.poisoned = true;
+                self.overlay.clear();
+                return Err(e);
+            }
+            for b in start..next {
+                self.mark_verified(b);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a bulk write: writes back what is left and goes back to the map.
+    pub fn end_bulk(&mut self) -> Result<()> {
+        let r = self.flush_bulk();
+        self.bulk = None;
+        r
+    }
+}
