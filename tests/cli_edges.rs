@@ -556,3 +556,31 @@ fn a_writable_store_opens_under_an_address_space_limit() {
         Some("b")
     );
 }
+
+/// Case: a large `insert --file` (chunks big enough for the library's bulk
+/// path) stopped by a file-size limit halfway still reports exactly what
+/// it applied: a batch that could run out of room goes tag by tag, never
+/// half by half.
+#[test]
+fn large_insert_file_stopped_by_a_full_disk_reports_an_exact_count() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let st = dir.path().join("bulkfull.tags");
+    let p = s(&st);
+    // Sized for the load: no growth, so the limit stops the secondary
+    // buckets its seven peaks need, in the middle of the load.
+    ok(run(&["create", p, "--expected-tags", "100000"]));
+    let ins = write_file(dir.path(), "ins.tsv", tags_tsv("t", 40_000));
+    let size = std::fs::metadata(&st).expect("stat").len();
+    let o = run_size_limited(&["insert", p, "--file", s(&ins)], size + (2 << 20));
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "the load should stop: {err}");
+    let n: usize = err
+        .split(" tags inserted before it")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {err:?}"));
+    assert!(n > 0 && n < 40_000, "{err}");
+    assert_eq!(export_lines(&st).len(), n, "{err}");
+    ok(run(&["check", p]));
+}

@@ -12,6 +12,10 @@ use std::sync::RwLockWriteGuard;
 /// Insert batches from this many tags take the bulk path (`bulk.rs`).
 pub(super) const BULK_MIN: usize = 16_384;
 
+/// Disk bytes a bulk round is assumed to need per tag (two 160-byte
+/// slots, blocks part-filled, secondary buckets), at most.
+const BULK_BYTES_PER_TAG: u64 = 1024;
+
 /// Tags a bulk round writes under one hold of the write lock.
 const BULK_ROUND: usize = 262_144;
 
@@ -166,14 +170,13 @@ impl Store {
         tags: impl IntoIterator<Item = &'a Tag>,
         insert: bool,
     ) -> (BatchOutcome, Result<()>) {
-        const CHUNK: usize = 1024;
-        let mut out = BatchOutcome::default();
-        let mut it = tags.into_iter().peekable();
+        let out = BatchOutcome::default();
+        let it = tags.into_iter();
         if insert {
             // Grow once for the whole batch (as far as its length is known),
             // so its tags are not moved by splits as they arrive.
             let extra = it.size_hint().0 as u64;
-            if extra > CHUNK as u64 {
+            if extra > 1024 {
                 let grown = self.write().and_then(|mut st| st.grow_for(extra));
                 if let Err(e) = grown {
                     return (out, Err(e));
@@ -184,6 +187,18 @@ impl Store {
             let all: Vec<&Tag> = it.collect();
             return self.bulk(&all, out);
         }
+        self.one_by_one(it, insert, out)
+    }
+
+    /// Applies a batch tag by tag, taking the write lock once per chunk.
+    fn one_by_one<'a>(
+        &self,
+        tags: impl Iterator<Item = &'a Tag>,
+        insert: bool,
+        mut out: BatchOutcome,
+    ) -> (BatchOutcome, Result<()>) {
+        const CHUNK: usize = 1024;
+        let mut it = tags.peekable();
         while it.peek().is_some() {
             let mut st = match self.write() {
                 Ok(g) => g,
@@ -226,18 +241,21 @@ impl Store {
         (out, Ok(()))
     }
 
-    /// A large insert batch: in mapped mode, a whole store, in rounds of
-    /// [`BULK_ROUND`] tags each written half by half (`bulk.rs`); else one
-    /// tag at a time.
+    /// A large insert batch: in mapped mode, a whole store with disk room
+    /// to spare, in rounds of [`BULK_ROUND`] tags each written half by half
+    /// (`bulk.rs`); else one tag at a time.
     fn bulk(&self, all: &[&Tag], mut out: BatchOutcome) -> (BatchOutcome, Result<()>) {
         let r = (|| {
             for round in all.chunks(BULK_ROUND) {
                 let mut st = self.write()?;
-                if st.pager.durability() != Durability::None || st.half_only() {
+                let bytes = round.len() as u64 * BULK_BYTES_PER_TAG;
+                if st.pager.durability() != Durability::None
+                    || st.half_only()
+                    || !st.pager.bulk_room(bytes)
+                {
                     drop(st);
-                    let (o, r) = self.batch(round.iter().copied(), true);
-                    out.changed += o.changed;
-                    out.unchanged += o.unchanged;
+                    let (o, r) = self.one_by_one(round.iter().copied(), true, out);
+                    out = o;
                     r?;
                     continue;
                 }

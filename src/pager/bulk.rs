@@ -26,6 +26,23 @@ impl Pager {
         }
     }
 
+    /// True when a bulk write of about `bytes` cannot run out of disk
+    /// space: the filesystem has twice that and 64 MiB more free, and no
+    /// file-size limit applies. (A bulk write that fails halfway leaves
+    /// halves for the reopen to agree, so a batch that might fill the disk
+    /// goes tag by tag, stopping at an exact count.)
+    pub fn bulk_room(&self, bytes: u64) -> bool {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit fills the struct we pass.
+        let unlimited = unsafe { libc::getrlimit(libc::RLIMIT_FSIZE, &mut lim) } == 0
+            && lim.rlim_cur == libc::RLIM_INFINITY;
+        let free = self.file.free_bytes().unwrap_or(0);
+        unlimited && free >= bytes.saturating_mul(2).saturating_add(64 << 20)
+    }
+
     /// Writes back now if a bulk write holds enough private copies.
     pub fn bulk_checkpoint(&mut self) -> Result<()> {
         if self.bulk.as_ref().map_or(0, Vec::len) >= self.bulk_flush_blocks {

@@ -10,8 +10,13 @@ use std::path::Path;
 use tagstore::tsv::{self, LineError, LineReader, MAX_LINE_BYTES};
 use tagstore::{Durability, Store, Tag, MAX_TAG_BYTES};
 
-/// Tags applied per library batch (and per sync in `on-sync` mode).
+/// Tags applied per library batch in the journaled modes (and per sync in
+/// `on-sync` mode).
 const CHUNK: usize = 4096;
+
+/// Tags applied per library batch in mapped mode (`none`): a batch this
+/// large takes the library's bulk path, written half by half in bucket order.
+const BULK_CHUNK: usize = 262_144;
 
 /// What a load has applied so far.
 #[derive(Default)]
@@ -126,6 +131,10 @@ fn read_and_apply<R: io::BufRead>(
         true => bar.length(),
         false => None,
     };
+    let size = match store.durability() {
+        Durability::None => BULK_CHUNK,
+        _ => CHUNK,
+    };
     let mut chunk: Vec<Tag> = Vec::with_capacity(CHUNK);
     let mut chunk_lines: Vec<u64> = Vec::with_capacity(CHUNK);
     loop {
@@ -162,6 +171,8 @@ fn read_and_apply<R: io::BufRead>(
                 let lines = total.saturating_mul(reader.line_no()) / reader.bytes_read().max(1);
                 store.reserve(lines).map_err(|e| format!("{name}: {e}"))?;
             }
+        }
+        if chunk.len() == size {
             apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
         }
     }
