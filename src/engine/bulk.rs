@@ -94,7 +94,9 @@ impl State {
     fn bulk_passes(&mut self, plan: &mut BulkPlan) -> Result<u64> {
         let (o, s) = (Half::Object.index(), Half::Subject.index());
         let tags = &mut plan.tags;
-        tags.sort_unstable_by_key(|t| t.bucket[o]);
+        // Each key's tags together: a chain's secondary buckets then hold few
+        // keys each, so their key filters turn away the FINDs of others.
+        tags.sort_unstable_by_key(|t| (t.bucket[o], t.key_fp[o]));
         // The slots in the pass's order: read in sequence, not scattered.
         let sorted: Vec<SlotBytes> = tags.iter().map(|t| plan.slots[t.i as usize]).collect();
         let mut n = 0u64;
@@ -120,7 +122,7 @@ impl State {
         // Every object half reaches the file before any subject half.
         self.pager.flush_bulk()?;
         drop(sorted);
-        tags.sort_unstable_by_key(|t| (!t.new, t.bucket[s]));
+        tags.sort_unstable_by_key(|t| (!t.new, t.bucket[s], t.key_fp[s]));
         let news = tags.iter().take_while(|t| t.new);
         let sorted: Vec<SlotBytes> = news.clone().map(|t| plan.slots[t.i as usize]).collect();
         for (t, slot) in news.zip(&sorted) {
