@@ -1,12 +1,14 @@
-//! Bulk INSERT: a large `insert_batch` in mapped mode is written one half
-//! at a time, each half in bucket order (`engine/bulk.rs`). Random batches
+//! Bulk INSERT and DELETE: a large `insert_batch` or `delete_batch` in
+//! mapped mode is written one half at a time, each half in bucket order
+//! (`engine/bulk.rs`). Random batches
 //! (repeats inside a batch, tags already stored, peaks that overflow into
 //! secondary chains, Unicode, tabs, empty strings), deletes, clean and
 //! unclean reopens and injected crashes run against a tiny store and a
 //! `BTreeSet<Tag>` model. After every step the export, `len()`, FIND both
 //! ways for every key and `check()` agree with the model.
 //!
-//! An injected crash (`fail_after_writes`) stops a batch at any write,
+//! An injected crash (`fail_after_writes`) stops a batch (of inserts or
+//! of deletes) at any write,
 //! including between the object pass and the subject pass and inside the
 //! write-back of a pass. After the reopen every tag of the batch must be
 //! whole (both halves or none), nothing stored before may be lost, and
@@ -59,6 +61,7 @@ enum Step {
     Delete(Vec<Tag>),
     Reopen { clean: bool },
     Crash { tags: Vec<Tag>, n: u64 },
+    CrashDelete { tags: Vec<Tag>, n: u64 },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -68,6 +71,8 @@ fn step() -> impl Strategy<Value = Step> {
         2 => any::<bool>().prop_map(|clean| Step::Reopen { clean }),
         4 => (proptest::collection::vec(tag(), 8..300), 0u64..400)
             .prop_map(|(tags, n)| Step::Crash { tags, n }),
+        2 => (proptest::collection::vec(tag(), 8..200), 0u64..300)
+            .prop_map(|(tags, n)| Step::CrashDelete { tags, n }),
     ]
 }
 
@@ -197,6 +202,40 @@ fn run(buckets: u32, blocks_per_secondary: u32, flush: usize, steps: &[Step]) {
                     store = Some(s);
                 }
             }
+            Step::CrashDelete { tags, n } => {
+                s.fail_after_writes(Some(*n));
+                let (_, r) = s.delete_batch(tags);
+                let batch: BTreeSet<Tag> = tags.iter().cloned().collect();
+                if r.is_ok() {
+                    s.fail_after_writes(None);
+                    model.retain(|t| !batch.contains(t));
+                    store = Some(s);
+                } else {
+                    s.abandon();
+                    let s = open(&path, flush);
+                    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+                    let extra: Vec<&Tag> = got.difference(&model).collect();
+                    assert!(extra.is_empty(), "{when}: tags from nowhere: {extra:?}");
+                    let gone: Vec<&Tag> = model
+                        .difference(&got)
+                        .filter(|t| !batch.contains(t))
+                        .collect();
+                    assert!(
+                        gone.is_empty(),
+                        "{when}: tags outside the batch lost: {gone:?}"
+                    );
+                    for t in &batch {
+                        whole(&s, t, &when);
+                    }
+                    let present = batch.intersection(&model).count();
+                    let deleted = model.len() - got.len();
+                    if deleted > 0 && deleted < present {
+                        PARTIAL.fetch_add(1, Ordering::Relaxed);
+                    }
+                    model = got;
+                    store = Some(s);
+                }
+            }
         }
         agree(store.as_ref().expect("open store"), &model, &keys, &when);
     }
@@ -208,6 +247,7 @@ fn name(s: &Step) -> &'static str {
         Step::Delete(_) => "delete batch",
         Step::Reopen { .. } => "reopen",
         Step::Crash { .. } => "crash in a bulk insert",
+        Step::CrashDelete { .. } => "crash in a bulk delete",
     }
 }
 

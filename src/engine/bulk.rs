@@ -1,5 +1,6 @@
-//! Bulk INSERT in mapped mode: a large batch goes in one half at a time,
-//! each half in bucket order, its blocks written back whole (`pager/bulk.rs`).
+//! Bulk INSERT and DELETE in mapped mode: a large batch goes in (or out)
+//! one half at a time, each half in bucket order, its blocks written back
+//! whole (`pager/bulk.rs`).
 //!
 //! One tag at a time, each INSERT writes two random buckets through the
 //! map; a batch sorted by bucket writes each bucket's blocks once, in file
@@ -15,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::tag::{decode, encode, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
+use crate::index::Found;
 
 /// One tag of a bulk batch: where its halves go.
 pub(super) struct BulkTag {
@@ -23,8 +25,9 @@ pub(super) struct BulkTag {
     bucket: [u32; 2],
     key_fp: [u16; 2],
     th: u64,
-    /// Written in the object pass (absent before, not a repeat in the batch).
-    new: bool,
+    /// Changed in the object pass (inserted: absent before and not a
+    /// repeat in the batch; deleted: found).
+    changed: bool,
 }
 
 /// A batch encoded, and where each of its tags goes.
@@ -34,10 +37,10 @@ pub(super) struct BulkPlan {
 }
 
 impl BulkPlan {
-    /// Which tags of the batch were inserted, by position.
-    pub(super) fn inserted(&self) -> Vec<bool> {
-        let mut out = vec![false; self.slots.len()];
-        for t in self.tags.iter().filter(|t| t.new) {
+    /// Which of the batch's `n` tags the batch changed, by position.
+    pub(super) fn changed(&self, n: usize) -> Vec<bool> {
+        let mut out = vec![false; n];
+        for t in self.tags.iter().filter(|t| t.changed) {
             out[t.i as usize] = true;
         }
         out
@@ -45,14 +48,19 @@ impl BulkPlan {
 }
 
 impl State {
-    /// Encodes a batch and places both halves of each tag; an oversized
-    /// tag is refused before anything is written.
-    pub(super) fn bulk_plan(&self, batch: &[&Tag]) -> Result<BulkPlan> {
+    /// Encodes a batch and places both halves of each tag. An oversized
+    /// tag is refused before anything is written, or, for a delete
+    /// (`insert` false), left out: it cannot be stored.
+    pub(super) fn bulk_plan(&self, batch: &[&Tag], insert: bool) -> Result<BulkPlan> {
         let (geo, seed) = (self.index.geometry(), self.index.seed());
         let mut slots = Vec::with_capacity(batch.len());
         let mut tags = Vec::with_capacity(batch.len());
         for (i, &tag) in batch.iter().enumerate() {
-            let slot = encode(tag)?;
+            let slot = match encode(tag) {
+                Ok(s) => s,
+                Err(Error::TagTooLarge { .. }) if !insert => continue,
+                Err(e) => return Err(e),
+            };
             let name = |h| match h {
                 Half::Object => tag.object.as_str(),
                 Half::Subject => tag.subject.as_str(),
@@ -63,20 +71,21 @@ impl State {
                 bucket: p.map(|x| x.bucket),
                 key_fp: p.map(|x| x.fp()),
                 th: tag_hash(seed, used_prefix(&slot)),
-                new: false,
+                changed: false,
             });
             slots.push(slot);
         }
         Ok(BulkPlan { slots, tags })
     }
 
-    /// Inserts the planned tags (mapped mode, a whole store): the object
-    /// halves in bucket order, then the subject halves of the tags that
-    /// were new. Returns how many were inserted ([`BulkPlan::inserted`]).
-    pub(super) fn bulk_insert(&mut self, plan: &mut BulkPlan) -> Result<u64> {
+    /// Inserts (or deletes) the planned tags (mapped mode, a whole store):
+    /// the object halves in bucket order, then the subject halves of the
+    /// tags whose object half changed. Returns how many tags changed
+    /// ([`BulkPlan::changed`]).
+    pub(super) fn bulk_apply(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
         self.pager.write_intent(&bulk_intent())?;
         self.pager.begin_bulk();
-        let r = self.bulk_passes(plan);
+        let r = self.bulk_passes(plan, insert);
         let r = r.and_then(|n| self.pager.end_bulk().map(|_| n));
         let n = match r {
             Ok(n) => n,
@@ -87,11 +96,14 @@ impl State {
             }
         };
         self.pager.clear_intent()?;
-        self.tag_count += n;
+        self.tag_count = match insert {
+            true => self.tag_count + n,
+            false => self.tag_count.saturating_sub(n),
+        };
         Ok(n)
     }
 
-    fn bulk_passes(&mut self, plan: &mut BulkPlan) -> Result<u64> {
+    fn bulk_passes(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
         let (o, s) = (Half::Object.index(), Half::Subject.index());
         let tags = &mut plan.tags;
         // Each key's tags together: a chain's secondary buckets then hold few
@@ -104,31 +116,42 @@ impl State {
             let (t, slot) = (&tags[i], &sorted[i]);
             let g = t.bucket[o];
             // (A repeat within the batch finds its first copy, written
-            // into the same bucket just before.)
+            // into the same bucket just before, or misses it, erased.)
             let e = &self.index.tables.primary[g as usize];
-            let maybe_stored = e.used != 0 || e.head != NONE;
-            if maybe_stored
-                && self
-                    .index
-                    .locate(&self.pager, g, t.key_fp[o], t.th, slot)?
-                    .is_some()
-            {
-                continue;
+            let found = match e.used != 0 || e.head != NONE {
+                true => self.index.locate(&self.pager, g, t.key_fp[o], t.th, slot)?,
+                false => None,
+            };
+            match (insert, found) {
+                (true, None) => self.put_half(slot, g, t.key_fp[o], t.th)?,
+                (false, Some(f)) => self.erase_half(g, &f, t.th)?,
+                _ => continue,
             }
-            self.put_half(slot, g, t.key_fp[o], t.th)?;
-            tags[i].new = true;
+            tags[i].changed = true;
             n += 1;
         }
         // Every object half reaches the file before any subject half.
         self.pager.flush_bulk()?;
         drop(sorted);
-        tags.sort_unstable_by_key(|t| (!t.new, t.bucket[s], t.key_fp[s]));
-        let news = tags.iter().take_while(|t| t.new);
-        let sorted: Vec<SlotBytes> = news.clone().map(|t| plan.slots[t.i as usize]).collect();
-        for (t, slot) in news.zip(&sorted) {
-            self.put_half(slot, t.bucket[s], t.key_fp[s], t.th)?;
+        tags.sort_unstable_by_key(|t| (!t.changed, t.bucket[s], t.key_fp[s]));
+        let changed = tags.iter().take_while(|t| t.changed);
+        let sorted: Vec<SlotBytes> = changed.clone().map(|t| plan.slots[t.i as usize]).collect();
+        for (t, slot) in changed.zip(&sorted) {
+            let (g, kfp) = (t.bucket[s], t.key_fp[s]);
+            if insert {
+                self.put_half(slot, g, kfp, t.th)?;
+            } else if let Some(f) = self.index.locate(&self.pager, g, kfp, t.th, slot)? {
+                self.erase_half(g, &f, t.th)?;
+            }
         }
         Ok(n)
+    }
+
+    /// Empties one half of a tag, found at `f` in chain `g`.
+    fn erase_half(&mut self, g: u32, f: &Found, th: u64) -> Result<()> {
+        self.pager.clear_slot(f.addr)?;
+        self.commit_delete(g, f, th);
+        self.pager.bulk_checkpoint()
     }
 
     /// Writes one half of an encoded tag into bucket `g` (known absent there).

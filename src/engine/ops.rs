@@ -183,9 +183,9 @@ impl Store {
                 }
             }
         }
-        if insert && it.size_hint().0 >= self.bulk_min.load(Ordering::Relaxed) {
+        if it.size_hint().0 >= self.bulk_min.load(Ordering::Relaxed) {
             let all: Vec<&Tag> = it.collect();
-            return self.bulk(&all, out);
+            return self.bulk(&all, insert, out);
         }
         self.one_by_one(it, insert, out)
     }
@@ -241,10 +241,15 @@ impl Store {
         (out, Ok(()))
     }
 
-    /// A large insert batch: in mapped mode, a whole store with disk room
-    /// to spare, in rounds of [`BULK_ROUND`] tags each written half by half
+    /// A large batch: in mapped mode, a whole store with disk room to
+    /// spare, in rounds of [`BULK_ROUND`] tags each written half by half
     /// (`bulk.rs`); else one tag at a time.
-    fn bulk(&self, all: &[&Tag], mut out: BatchOutcome) -> (BatchOutcome, Result<()>) {
+    fn bulk(
+        &self,
+        all: &[&Tag],
+        insert: bool,
+        mut out: BatchOutcome,
+    ) -> (BatchOutcome, Result<()>) {
         let r = (|| {
             for round in all.chunks(BULK_ROUND) {
                 let mut st = self.write()?;
@@ -254,16 +259,17 @@ impl Store {
                     || !st.pager.bulk_room(bytes)
                 {
                     drop(st);
-                    let (o, r) = self.one_by_one(round.iter().copied(), true, out);
+                    let (o, r) = self.one_by_one(round.iter().copied(), insert, out);
                     out = o;
                     r?;
                     continue;
                 }
-                let mut plan = st.bulk_plan(round)?;
-                let n = st.bulk_insert(&mut plan)?;
-                for (t, new) in round.iter().zip(plan.inserted()) {
-                    if new {
-                        st.feed.change(t, 1);
+                let mut plan = st.bulk_plan(round, insert)?;
+                let n = st.bulk_apply(&mut plan, insert)?;
+                let delta = if insert { 1 } else { -1 };
+                for (t, changed) in round.iter().zip(plan.changed(round.len())) {
+                    if changed {
+                        st.feed.change(t, delta);
                     }
                 }
                 out.changed += n;
