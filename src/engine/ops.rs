@@ -150,6 +150,13 @@ impl Store {
     ///
     /// Stops at the first error; tags before it stay inserted and are counted
     /// in the returned error's companion [`BatchOutcome`].
+    ///
+    /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
+    /// room to spare) is written in rounds of 262,144 tags, one half of the
+    /// index at a time in bucket order (DESIGN.md §5.5): an oversized tag
+    /// then refuses its round before anything is written, and an I/O error
+    /// in a round leaves the handle unusable ([`Error::Poisoned`]); reopen
+    /// the store, which makes each tag of the round whole.
     pub fn insert_batch<'a>(
         &self,
         tags: impl IntoIterator<Item = &'a Tag>,
@@ -157,7 +164,8 @@ impl Store {
         self.batch(tags, true)
     }
 
-    /// Deletes many tags, taking the write lock once per chunk.
+    /// Deletes many tags, taking the write lock once per chunk (a large
+    /// batch as [`Store::insert_batch`] writes one).
     pub fn delete_batch<'a>(
         &self,
         tags: impl IntoIterator<Item = &'a Tag>,
