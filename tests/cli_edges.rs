@@ -584,3 +584,26 @@ fn large_insert_file_stopped_by_a_full_disk_reports_an_exact_count() {
     assert_eq!(export_lines(&st).len(), n, "{err}");
     ok(run(&["check", p]));
 }
+
+/// Case: an oversized tag deep inside a large `insert --file` (past the
+/// bulk path's threshold): the error names its line and counts exactly
+/// the tags applied before it, as in a small file.
+#[test]
+fn oversized_line_in_a_large_insert_file_is_named_and_counted() {
+    let (dir, st) = small_store("bigline.tags");
+    let p = s(&st);
+    let big = format!("{}\tisa\tbig!\n", "o".repeat(200));
+    let text = format!("{}{big}{}", tags_tsv("t", 30_000), tags_tsv("u", 10));
+    let ins = write_file(dir.path(), "ins.tsv", text);
+    let o = run(&["insert", p, "--file", s(&ins)]);
+    fails(
+        &o,
+        &[
+            "line 30001:",
+            "needs 211 bytes",
+            "30000 tags inserted before it",
+        ],
+    );
+    assert_eq!(export_lines(&st).len(), 30_000);
+    ok(run(&["check", p]));
+}

@@ -40,6 +40,19 @@ impl Tag {
     pub fn encoded_len(&self) -> usize {
         SLOT_HEADER + self.object.len() + self.relationship.len() + self.subject.len()
     }
+
+    /// Refuses a tag too large for a slot ([`Error::TagTooLarge`]), as an
+    /// INSERT would.
+    pub fn check_size(&self) -> Result<()> {
+        let needed = self.encoded_len();
+        if needed > SLOT_SIZE {
+            return Err(Error::TagTooLarge {
+                needed,
+                limit: SLOT_SIZE,
+            });
+        }
+        Ok(())
+    }
 }
 
 /// Which half of the double index a key belongs to.
@@ -66,13 +79,7 @@ pub type SlotBytes = [u8; SLOT_SIZE];
 
 /// Encodes a tag into a slot image, or says how many bytes it would need.
 pub fn encode(tag: &Tag) -> Result<SlotBytes> {
-    let needed = tag.encoded_len();
-    if needed > SLOT_SIZE {
-        return Err(Error::TagTooLarge {
-            needed,
-            limit: SLOT_SIZE,
-        });
-    }
+    tag.check_size()?;
     let mut s = [0u8; SLOT_SIZE];
     s[0] = SLOT_MARKER;
     // Each length is < 157 because the total fits, so the casts are exact.

@@ -143,7 +143,14 @@ fn read_and_apply<R: io::BufRead>(
             Ok(Some(bytes)) => Some(
                 std::str::from_utf8(bytes)
                     .map_err(|_| "line is not valid UTF-8".to_string())
-                    .and_then(tsv::parse_line),
+                    .and_then(tsv::parse_line)
+                    // Refused here, not in the batch: a large batch goes in
+                    // whole or is refused whole (bulk path), and the error
+                    // must name this line.
+                    .and_then(|t| match verb.is_insert() {
+                        true => t.check_size().map(|_| t).map_err(|e| e.to_string()),
+                        false => Ok(t),
+                    }),
             ),
             Err(LineError::TooLong) => Some(Err(format!(
                 "line is longer than {MAX_LINE_BYTES} bytes, more than any tag can need \
