@@ -124,7 +124,9 @@ impl Store {
             }
             let total = old.len();
             let mut done = 0u64;
-            let mut chunk: Vec<Tag> = Vec::with_capacity(4096);
+            // Chunks large enough for the bulk path (`engine/bulk.rs`).
+            let per = if half_only { 4096 } else { 262_144 };
+            let mut chunk: Vec<Tag> = Vec::with_capacity(per);
             // A half-only store is copied half by half; any other, tag by tag
             // (each tag read once, from its object half).
             let passes: &[Option<Half>] = if half_only {
@@ -139,7 +141,7 @@ impl Store {
                 };
                 loop {
                     chunk.clear();
-                    for t in it.by_ref().take(4096) {
+                    for t in it.by_ref().take(per) {
                         chunk.push(t?);
                     }
                     if chunk.is_empty() {

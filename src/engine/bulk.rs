@@ -34,6 +34,9 @@ pub(super) struct BulkTag {
 pub(super) struct BulkPlan {
     slots: Vec<SlotBytes>,
     tags: Vec<BulkTag>,
+    /// The caller guarantees the tags distinct and absent (maintenance's
+    /// copy): no duplicate check.
+    pub(super) known_absent: bool,
 }
 
 impl BulkPlan {
@@ -75,7 +78,11 @@ impl State {
             });
             slots.push(slot);
         }
-        Ok(BulkPlan { slots, tags })
+        Ok(BulkPlan {
+            slots,
+            tags,
+            known_absent: false,
+        })
     }
 
     /// Inserts (or deletes) the planned tags (mapped mode, a whole store):
@@ -118,7 +125,7 @@ impl State {
             // (A repeat within the batch finds its first copy, written
             // into the same bucket just before, or misses it, erased.)
             let e = &self.index.tables.primary[g as usize];
-            let found = match e.used != 0 || e.head != NONE {
+            let found = match (e.used != 0 || e.head != NONE) && !plan.known_absent {
                 true => self.index.locate(&self.pager, g, t.key_fp[o], t.th, slot)?,
                 false => None,
             };

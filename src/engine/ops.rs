@@ -309,6 +309,19 @@ impl Store {
     /// With `half`, only that half of each (a half-only store's rewrite).
     pub(crate) fn insert_unique(&self, tags: &[Tag], half: Option<Half>) -> Result<()> {
         let mut st = self.write()?;
+        let bytes = tags.len() as u64 * BULK_BYTES_PER_TAG;
+        if half.is_none()
+            && tags.len() >= self.bulk_min.load(Ordering::Relaxed)
+            && st.pager.durability() == Durability::None
+            && !st.half_only()
+            && st.pager.bulk_room(bytes)
+        {
+            let all: Vec<&Tag> = tags.iter().collect();
+            let mut plan = st.bulk_plan(&all, true)?;
+            plan.known_absent = true;
+            st.bulk_apply(&mut plan, true)?;
+            return Ok(());
+        }
         for t in tags {
             let slot = encode(t)?;
             match half {
