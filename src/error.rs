@@ -52,7 +52,7 @@ pub enum Error {
     Poisoned,
     /// A read-only open found a bucket split interrupted by a crash, which only a writable open finishes.
     SplitPending(PathBuf),
-    /// A read-only open found a bulk INSERT interrupted by a crash, which only a writable open finishes.
+    /// A read-only open found a bulk insert or delete interrupted by a crash, which only a writable open finishes.
     BulkPending(PathBuf),
 }
 
@@ -104,7 +104,7 @@ impl fmt::Display for Error {
             ),
             Error::BulkPending(p) => write!(
                 f,
-                "{}: a bulk insert was interrupted by a crash; open the store for writing once (any `tagstore insert`, `delete` or `maintain`) to finish it",
+                "{}: a bulk insert or delete was interrupted by a crash; open the store for writing once (any `tagstore insert`, `delete` or `maintain`) to finish it",
                 p.display()
             ),
             Error::Poisoned => write!(

@@ -198,7 +198,9 @@ impl Store {
     /// Nothing is ever written: a store left unclean by a crash is recovered
     /// in memory (journal replayed, interrupted operation redone, tables
     /// rebuilt) and served from that view; the next writable open recovers
-    /// it on disk.
+    /// it on disk. A bucket split or bulk round interrupted in mapped mode
+    /// is refused ([`Error::SplitPending`], [`Error::BulkPending`]): only a
+    /// writable open finishes those.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         Self::open_with_options(
             path,

@@ -15,8 +15,8 @@ pub enum IntentOp {
     Delete = 2,
     /// A bucket split: `object_identity` = (bucket split, level before it).
     Split = 3,
-    /// A bulk INSERT writing a batch one half at a time (no slot recorded):
-    /// recovery gives every tag stored in one half its other half.
+    /// A bulk INSERT or DELETE writing a batch one half at a time (no slot
+    /// recorded): recovery gives every tag stored in one half its other half.
     Bulk = 4,
 }
 

@@ -104,7 +104,10 @@ impl Pager {
                 next += 1;
             }
             let at = start * BLOCK_SIZE as u64;
-            if let Err(e) = self.tick().and_then(|_| self.file.write_at(at, &run)) {
+            if let Err(e) = self
+                .tick()
+                .and_then(|_| self.file.write_blocks_at(at, &run))
+            {
                 self.poisoned = true;
                 self.overlay.clear();
                 return Err(e);
@@ -114,6 +117,14 @@ impl Pager {
             }
         }
         Ok(())
+    }
+
+    /// Gives up a bulk write that failed: its private copies are dropped
+    /// (reads see the file, as the reopen will) and the handle is poisoned.
+    pub fn abort_bulk(&mut self) {
+        self.overlay.clear();
+        self.bulk = None;
+        self.poisoned = true;
     }
 
     /// Ends a bulk write: writes back what is left and goes back to the map.

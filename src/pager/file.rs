@@ -363,6 +363,28 @@ impl MappedFile {
             .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 
+    /// Records that `[off, off+len)` holds data now (backed, or written):
+    /// its blocks no longer read as holes.
+    fn filled(&mut self, off: u64, len: u64) {
+        if let Some(h) = self.holes.as_mut() {
+            let bs = BLOCK_SIZE as u64;
+            for b in off / bs..(off + len).div_ceil(bs) {
+                if let Some(w) = h.get_mut((b / 64) as usize) {
+                    *w &= !(1 << (b % 64));
+                }
+            }
+        }
+    }
+
+    /// Writes whole blocks at `off` with `pwrite` (a bulk write-back): a
+    /// block that lay in a hole (`holes`) holds data now and must read as
+    /// written, not as zeros.
+    pub fn write_blocks_at(&mut self, off: u64, data: &[u8]) -> Result<()> {
+        self.write_at(off, data)?;
+        self.filled(off, data.len() as u64);
+        Ok(())
+    }
+
     /// Makes sure disk space backs `[off, off+len)`, so a later write through
     /// the map cannot fault on a full disk; reports ENOSPC as an error.
     pub fn reserve(&mut self, off: u64, len: u64) -> Result<()> {
@@ -377,14 +399,7 @@ impl MappedFile {
         };
         match rc {
             0 => {
-                if let Some(h) = self.holes.as_mut() {
-                    let bs = BLOCK_SIZE as u64;
-                    for b in off / bs..(off + len).div_ceil(bs) {
-                        if let Some(w) = h.get_mut((b / 64) as usize) {
-                            *w &= !(1 << (b % 64));
-                        }
-                    }
-                }
+                self.filled(off, len);
                 Ok(())
             }
             // Filesystems without fallocate: fall back to trusting the map.

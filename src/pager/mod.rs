@@ -204,9 +204,12 @@ impl Pager {
         self.poisoned = true;
     }
 
-    /// True once a failed write has made the handle unusable.
+    /// True once a failed write has made the handle unusable, or while a
+    /// bulk write is left open (a panic inside a bulk round: its private
+    /// copies never reached the file, so the handle must not be closed
+    /// cleanly or written through).
     pub fn poisoned(&self) -> bool {
-        self.poisoned
+        self.poisoned || self.bulk.is_some()
     }
 
     /// Makes the write path fail after `n` more writes, simulating a crash (tests).
