@@ -16,6 +16,7 @@ use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::tag::{decode, encode, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
 use crate::index::Found;
+use crate::pager::Durability;
 
 /// One tag of a bulk batch: where its halves go.
 pub(super) struct BulkTag {
@@ -49,7 +50,19 @@ impl BulkPlan {
     }
 }
 
+/// Disk bytes a bulk round is assumed to need per tag (two 160-byte
+/// slots, blocks part-filled, secondary buckets), at most.
+const BULK_BYTES_PER_TAG: u64 = 1024;
+
 impl State {
+    /// True when a round of `tags` tags may take the bulk path: mapped
+    /// mode, a whole store, and disk room to spare.
+    pub(super) fn bulk_fits(&self, tags: usize) -> bool {
+        self.pager.durability() == Durability::None
+            && !self.half_only()
+            && self.pager.bulk_room(tags as u64 * BULK_BYTES_PER_TAG)
+    }
+
     /// Encodes a batch and places both halves of each tag. An oversized
     /// tag is refused before anything is written, or, for a delete
     /// (`insert` false), left out: it cannot be stored.

@@ -12,10 +12,6 @@ use std::sync::RwLockWriteGuard;
 /// Insert batches from this many tags take the bulk path (`bulk.rs`).
 pub(super) const BULK_MIN: usize = 16_384;
 
-/// Disk bytes a bulk round is assumed to need per tag (two 160-byte
-/// slots, blocks part-filled, secondary buckets), at most.
-const BULK_BYTES_PER_TAG: u64 = 1024;
-
 /// Tags a bulk round writes under one hold of the write lock.
 const BULK_ROUND: usize = 262_144;
 
@@ -261,11 +257,7 @@ impl Store {
         let r = (|| {
             for round in all.chunks(BULK_ROUND) {
                 let mut st = self.write()?;
-                let bytes = round.len() as u64 * BULK_BYTES_PER_TAG;
-                if st.pager.durability() != Durability::None
-                    || st.half_only()
-                    || !st.pager.bulk_room(bytes)
-                {
+                if !st.bulk_fits(round.len()) {
                     drop(st);
                     let (o, r) = self.one_by_one(round.iter().copied(), insert, out);
                     out = o;
@@ -309,12 +301,9 @@ impl Store {
     /// With `half`, only that half of each (a half-only store's rewrite).
     pub(crate) fn insert_unique(&self, tags: &[Tag], half: Option<Half>) -> Result<()> {
         let mut st = self.write()?;
-        let bytes = tags.len() as u64 * BULK_BYTES_PER_TAG;
         if half.is_none()
             && tags.len() >= self.bulk_min.load(Ordering::Relaxed)
-            && st.pager.durability() == Durability::None
-            && !st.half_only()
-            && st.pager.bulk_room(bytes)
+            && st.bulk_fits(tags.len())
         {
             let all: Vec<&Tag> = tags.iter().collect();
             let mut plan = st.bulk_plan(&all, true)?;
