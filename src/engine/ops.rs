@@ -12,7 +12,7 @@ use std::sync::RwLockWriteGuard;
 /// Insert batches from this many tags take the bulk path (`bulk.rs`).
 pub(super) const BULK_MIN: usize = 16_384;
 
-/// Tags a bulk round writes under one hold of the write lock.
+/// Fewest tags a bulk round writes under one hold of the write lock.
 const BULK_ROUND: usize = 262_144;
 
 impl Store {
@@ -245,9 +245,17 @@ impl Store {
         (out, Ok(()))
     }
 
+    /// Tags per bulk round: eight per primary bucket of a half (fewer, and
+    /// each round rewrites nearly every block), from 262,144 to 1,048,576
+    /// (about 350 bytes of memory per tag of a round).
+    pub(crate) fn bulk_round(&self) -> usize {
+        let per_half = self.geometry().primary_buckets_per_half as usize;
+        per_half.saturating_mul(8).clamp(BULK_ROUND, 4 * BULK_ROUND)
+    }
+
     /// A large batch: in mapped mode, a whole store with disk room to
-    /// spare, in rounds of [`BULK_ROUND`] tags each written half by half
-    /// (`bulk.rs`); else one tag at a time.
+    /// spare, in rounds of [`Store::bulk_round`] tags each written half by
+    /// half (`bulk.rs`); else one tag at a time.
     fn bulk(
         &self,
         all: &[&Tag],
@@ -255,7 +263,7 @@ impl Store {
         mut out: BatchOutcome,
     ) -> (BatchOutcome, Result<()>) {
         let r = (|| {
-            for round in all.chunks(BULK_ROUND) {
+            for round in all.chunks(self.bulk_round()) {
                 let mut st = self.write()?;
                 if !st.bulk_fits(round.len()) {
                     drop(st);
