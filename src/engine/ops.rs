@@ -148,7 +148,8 @@ impl Store {
     /// in the returned error's companion [`BatchOutcome`].
     ///
     /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
-    /// room to spare) is written in rounds of 262,144 tags, one half of the
+    /// room to spare) is written in rounds of 262,144 to 1,048,576 tags
+    /// (eight per primary bucket of a half), one half of the
     /// index at a time in bucket order (DESIGN.md §5.5): an oversized tag
     /// then refuses its round before anything is written, and an I/O error
     /// in a round leaves the handle unusable ([`Error::Poisoned`]); reopen
