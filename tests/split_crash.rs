@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::crash::{assert_check_ok, small_split_store, split_tag as tag, whole};
+use common::crash::{assert_check_ok, small_split_store, split_inserts_crashing_at, whole};
 use std::collections::BTreeSet;
 use std::fs;
 use tagstore::{Store, Tag};
@@ -37,31 +37,12 @@ fn crash_at_every_write_of_a_split_leaves_each_tag_once() {
     let mut k = 0u64;
     loop {
         let path = dir.path().join(format!("k{k}.tags"));
-        fs::copy(&base, &path).expect("copy");
-        let s = Store::open(&path).expect("open copy");
-        s.fail_after_writes(Some(k));
-        let mut acked = BTreeSet::new();
-        let mut in_flight = None;
-        for i in BASE..BASE + MORE {
-            match s.insert(&tag(i)) {
-                Ok(true) => {
-                    acked.insert(tag(i));
-                }
-                Ok(false) => panic!("k={k}: tag {i} was already there"),
-                Err(_) => {
-                    in_flight = Some(tag(i));
-                    break;
-                }
-            }
-        }
-        let base_set: BTreeSet<Tag> = (0..BASE).map(tag).collect();
-        acked.extend(base_set);
+        let (acked, in_flight) = split_inserts_crashing_at(&base, &path, k, BASE..BASE + MORE);
         let Some(in_flight) = in_flight else {
             // k passed every write of the inserts: every point is covered.
             assert!(k > 0, "no write was ever made");
             break;
         };
-        s.abandon();
         let when = format!("crash at write {k}");
         let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: reopen: {e}"));
         if s.stats().expect("stats").primary_buckets > buckets_before {

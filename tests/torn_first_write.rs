@@ -24,7 +24,7 @@
 
 mod common;
 
-use common::crash::{assert_check_ok, small_split_store, split_tag as tag, whole};
+use common::crash::{assert_check_ok, small_split_store, split_inserts_crashing_at, whole};
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
@@ -34,31 +34,6 @@ const BLOCK: usize = 4096;
 
 const BASE: usize = 300;
 const MORE: usize = 160;
-
-/// Copies `base` to `path` and inserts from `BASE` on with the write path
-/// failing at write `k`; the tags acknowledged and the one in flight.
-fn crash_at(base: &Path, path: &Path, k: u64) -> (BTreeSet<Tag>, Option<Tag>) {
-    let _ = fs::remove_file(path);
-    fs::copy(base, path).expect("copy");
-    let s = Store::open(path).expect("open copy");
-    s.fail_after_writes(Some(k));
-    let mut acked: BTreeSet<Tag> = (0..BASE).map(tag).collect();
-    let mut in_flight = None;
-    for i in BASE..BASE + MORE {
-        match s.insert(&tag(i)) {
-            Ok(true) => {
-                acked.insert(tag(i));
-            }
-            Ok(false) => panic!("k={k}: tag {i} was already there"),
-            Err(_) => {
-                in_flight = Some(tag(i));
-                break;
-            }
-        }
-    }
-    s.abandon();
-    (acked, in_flight)
-}
 
 /// Opens a crashed file and checks it holds `acked`, the in-flight tag
 /// whole or not at all, nothing else and nothing twice.
@@ -88,12 +63,12 @@ fn a_kill_inside_the_first_write_of_a_block_recovers() {
     let (mut first_writes, mut in_splits) = (0, 0);
     let mut k = 0u64;
     loop {
-        let (acked, in_flight) = crash_at(&base, &before, k);
+        let (acked, in_flight) = split_inserts_crashing_at(&base, &before, k, BASE..BASE + MORE);
         let Some(in_flight) = in_flight else {
             assert!(k > 0, "no write was ever made");
             break;
         };
-        crash_at(&base, &after, k + 1);
+        split_inserts_crashing_at(&base, &after, k + 1, BASE..BASE + MORE);
         let (old, new) = (
             fs::read(&before).expect("read"),
             fs::read(&after).expect("read"),

@@ -225,6 +225,39 @@ pub fn split_tag(i: usize) -> Tag {
     Tag::new(format!("obj-{i:05}"), "r", format!("subj-{}", i % 7))
 }
 
+/// Copies the store `base` (holding `split_tag(0..more.start)`) to `path`,
+/// inserts `split_tag(i)` for each `i` in `more`, one call each, with the
+/// write path failing at its `k`-th write, and abandons the copy as
+/// `kill -9` would. Returns the tags acknowledged (the base's included)
+/// and the one in flight when the failure came before the last insert.
+pub fn split_inserts_crashing_at(
+    base: &Path,
+    path: &Path,
+    k: u64,
+    more: Range<usize>,
+) -> (BTreeSet<Tag>, Option<Tag>) {
+    let _ = std::fs::remove_file(path);
+    std::fs::copy(base, path).expect("copy");
+    let s = Store::open(path).expect("open copy");
+    s.fail_after_writes(Some(k));
+    let mut acked: BTreeSet<Tag> = (0..more.start).map(split_tag).collect();
+    let mut in_flight = None;
+    for i in more {
+        match s.insert(&split_tag(i)) {
+            Ok(true) => {
+                acked.insert(split_tag(i));
+            }
+            Ok(false) => panic!("k={k}: tag {i} was already there"),
+            Err(_) => {
+                in_flight = Some(split_tag(i));
+                break;
+            }
+        }
+    }
+    s.abandon();
+    (acked, in_flight)
+}
+
 /// Creates at `path` a store of tiny buckets (2 per half of 2 blocks,
 /// 1-block secondary buckets, hash `seed`) holding `split_tag(0..n)`, and
 /// closes it; returns its primary bucket count, so that a test can tell
