@@ -79,7 +79,8 @@ impl Pager {
 
     /// Writes the private copies back in the order they were first
     /// changed, adjacent blocks in one `pwrite`, and drops them. A failure
-    /// poisons the handle (the tables count what did not reach the file).
+    /// gives the bulk write up ([`Pager::abort_bulk`]: the tables count what
+    /// did not reach the file).
     pub fn flush_bulk(&mut self) -> Result<()> {
         let Some(order) = self.bulk.as_mut().map(std::mem::take) else {
             return Ok(());
@@ -94,7 +95,7 @@ impl Pager {
                 match self.overlay.remove(&next) {
                     Some(img) => run.extend_from_slice(&img),
                     None => {
-                        self.poisoned = true;
+                        self.abort_bulk();
                         return Err(Error::corrupt(format!(
                             "block {next} vanished from the bulk write set"
                         )));
@@ -108,8 +109,7 @@ impl Pager {
                 .tick()
                 .and_then(|_| self.file.write_blocks_at(at, &run))
             {
-                self.poisoned = true;
-                self.overlay.clear();
+                self.abort_bulk();
                 return Err(e);
             }
             // Map the run now: a FIND's first read of each page would

@@ -499,12 +499,14 @@ impl MappedFile {
             return;
         }
         // SAFETY: the range lies inside the live mapping; MADV_POPULATE_READ
-        // (Linux 5.14) only faults pages in, changing no byte.
+        // (Linux 5.14; older kernels refuse it) only faults pages in,
+        // changing no byte.
+        #[cfg(target_os = "linux")]
         unsafe {
             libc::madvise(
                 b.as_ptr().add(off as usize) as *mut libc::c_void,
                 len as usize,
-                22, // MADV_POPULATE_READ
+                libc::MADV_POPULATE_READ,
             );
         }
     }
