@@ -270,15 +270,19 @@ impl Store {
                 sb.secondary_count,
             )));
         }
-        let split = match Intent::decode(file.block(INTENT_BLOCK)?) {
-            Some(i) if i.op == IntentOp::Split && !sb.clean() => Some(i.object_identity),
-            _ => None,
+        // The operation an unclean shutdown left recorded, if any.
+        let pending = match sb.clean() {
+            true => None,
+            false => Intent::decode(file.block(INTENT_BLOCK)?),
         };
+        let split = pending
+            .as_ref()
+            .filter(|i| i.op == IntentOp::Split)
+            .map(|i| i.object_identity);
         if split.is_some() && !writable {
             return Err(Error::SplitPending(path.to_path_buf()));
         }
-        let bulk = !sb.clean()
-            && Intent::decode(file.block(INTENT_BLOCK)?).is_some_and(|i| i.op == IntentOp::Bulk);
+        let bulk = pending.is_some_and(|i| i.op == IntentOp::Bulk);
         if bulk && !writable {
             return Err(Error::BulkPending(path.to_path_buf()));
         }
