@@ -7,8 +7,8 @@
 //! order. The price is that a tag's object half is written before its
 //! subject half (the whole object pass first), so a bulk intent record
 //! stands for the batch: after a crash, the open that finds it makes the
-//! halves agree again by writing every missing half ([`State::redo_bulk`]). A batch interrupted by a crash leaves a subset
-//! of its tags, each whole.
+//! halves agree again by writing every missing half ([`State::redo_bulk`]).
+//! A batch interrupted by a crash leaves a subset of its tags, each whole.
 
 use super::state::State;
 use crate::error::{Error, Result};
