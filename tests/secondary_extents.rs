@@ -10,8 +10,8 @@
 
 mod common;
 
-use common::store::{sorted_objects, sorted_subjects};
-use std::collections::{BTreeMap, BTreeSet};
+use common::store::assert_finds;
+use std::collections::BTreeSet;
 use tagstore::{CreateOptions, Store, Tag};
 
 fn options() -> CreateOptions {
@@ -26,34 +26,7 @@ fn options() -> CreateOptions {
 
 /// Every tag of `model`, found from both sides.
 fn assert_all_found(s: &Store, model: &BTreeSet<Tag>, when: &str) {
-    let mut by_subject: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
-    let mut by_object: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
-    for t in model {
-        by_subject
-            .entry((&t.subject, &t.relationship))
-            .or_default()
-            .push(t.object.clone());
-        by_object
-            .entry((&t.object, &t.relationship))
-            .or_default()
-            .push(t.subject.clone());
-    }
-    for ((subject, rel), mut want) in by_subject {
-        want.sort();
-        assert_eq!(
-            sorted_objects(s, subject, rel),
-            want,
-            "{when}: subject {subject}"
-        );
-    }
-    for ((object, rel), mut want) in by_object {
-        want.sort();
-        assert_eq!(
-            sorted_subjects(s, object, rel),
-            want,
-            "{when}: object {object}"
-        );
-    }
+    assert_finds(s, model, when);
     let report = s.check().expect("check");
     assert!(report.ok(), "{when}: {:?}", report.faults);
 }

@@ -45,8 +45,8 @@
 mod common;
 
 use common::crash::{assert_check_ok, mode_of, self_child, serial, whole, Rng};
-use common::store::{sorted_objects, sorted_subjects};
-use std::collections::{BTreeMap, BTreeSet};
+use common::store::assert_finds;
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -137,36 +137,6 @@ fn copy_store(from: &Path, to: &Path) {
     let j = journal_path(from);
     if j.exists() {
         std::fs::copy(&j, journal_path(to)).expect("copy journal");
-    }
-}
-
-/// FIND in both directions returns exactly what `want` holds, for every
-/// key of `want` (each object and each subject under its relationship):
-/// every tag is found by its object and by its subject, none twice.
-fn assert_finds(store: &Store, want: &BTreeSet<Tag>, when: &str) {
-    let mut subjects_of: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
-    let mut objects_of: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
-    for t in want {
-        subjects_of
-            .entry((&t.object, &t.relationship))
-            .or_default()
-            .push(t.subject.clone());
-        objects_of
-            .entry((&t.subject, &t.relationship))
-            .or_default()
-            .push(t.object.clone());
-    }
-    for ((o, r), mut w) in subjects_of {
-        w.sort();
-        assert_eq!(
-            sorted_subjects(store, o, r),
-            w,
-            "{when}: FIND <{o}, {r}, *>"
-        );
-    }
-    for ((s, r), mut w) in objects_of {
-        w.sort();
-        assert_eq!(sorted_objects(store, s, r), w, "{when}: FIND <*, {r}, {s}>");
     }
 }
 

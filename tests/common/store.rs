@@ -1,7 +1,8 @@
 //! Shared test helpers for building stores and comparing them with a model.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use tagstore::{CreateOptions, Error, Half, Store};
+use tagstore::{CreateOptions, Error, Half, Store, Tag};
 
 /// splitmix64: a small deterministic generator for workload data.
 pub struct Rng(pub u64);
@@ -75,6 +76,35 @@ pub fn sorted_objects(store: &Store, subject: &str, rel: &str) -> Vec<String> {
 /// The subjects of `object` under `rel`, sorted.
 pub fn sorted_subjects(store: &Store, object: &str, rel: &str) -> Vec<String> {
     sorted_find(store, Half::Object, object, rel)
+}
+
+/// Asserts FIND in both directions, for every key of `want`, returns
+/// exactly `want`'s tags under that key.
+pub fn assert_finds(store: &Store, want: &BTreeSet<Tag>, when: &str) {
+    let mut subjects_of: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+    let mut objects_of: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
+    for t in want {
+        subjects_of
+            .entry((&t.object, &t.relationship))
+            .or_default()
+            .push(t.subject.clone());
+        objects_of
+            .entry((&t.subject, &t.relationship))
+            .or_default()
+            .push(t.object.clone());
+    }
+    for ((o, r), mut w) in subjects_of {
+        w.sort();
+        assert_eq!(
+            sorted_subjects(store, o, r),
+            w,
+            "{when}: FIND <{o}, {r}, *>"
+        );
+    }
+    for ((s, r), mut w) in objects_of {
+        w.sort();
+        assert_eq!(sorted_objects(store, s, r), w, "{when}: FIND <*, {r}, {s}>");
+    }
 }
 
 /// Asserts `check()` runs and finds no fault.
