@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::crash::whole;
+use common::crash::{hub_tags, whole};
 use common::store::assert_check_ok;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -350,19 +350,6 @@ fn crash_at_every_write_of_a_bulk_batch() {
 
 // ------------------------------------------- edges found in review
 
-fn review_tags(prefix: &str, n: u32) -> Vec<Tag> {
-    (0..n)
-        .map(|i| {
-            let subject = if i % 3 == 0 {
-                "hub".to_string()
-            } else {
-                format!("pkg{}", i % 501)
-            };
-            Tag::new(format!("/{prefix}/d{}/f-{i}", i % 97), "owned_by", subject)
-        })
-        .collect()
-}
-
 fn review_export(s: &Store) -> BTreeSet<Tag> {
     s.tags().collect::<Result<_, _>>().expect("export")
 }
@@ -376,7 +363,7 @@ fn bulk_between_journaled_modes() {
     drop(Store::create(&path, &CreateOptions::default()).expect("review test"));
     let s = Store::open(&path).expect("review test");
     s.set_bulk_limits(1000, 64);
-    let first = review_tags("a", 3000);
+    let first = hub_tags("a", 3000);
     s.set_durability(Durability::OnSync).expect("review test");
     for t in &first[..1500] {
         s.insert(t).expect("review test");
@@ -386,7 +373,7 @@ fn bulk_between_journaled_modes() {
     s.insert_batch(&first).1.expect("review test");
     s.set_durability(Durability::Immediate)
         .expect("review test");
-    let second = review_tags("b", 300);
+    let second = hub_tags("b", 300);
     for t in &second {
         s.insert(t).expect("review test");
     }
@@ -411,7 +398,7 @@ fn reads_on_a_handle_poisoned_by_a_bulk_batch() {
     drop(Store::create(&path, &CreateOptions::default()).expect("review test"));
     let s = Store::open(&path).expect("review test");
     s.set_bulk_limits(1000, 1_000_000);
-    let batch = review_tags("p", 20_000);
+    let batch = hub_tags("p", 20_000);
     // A few writes in: the object pass is under way, nothing written back.
     s.fail_after_writes(Some(5_000));
     let (_, r) = s.insert_batch(&batch);

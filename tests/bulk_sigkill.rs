@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::crash::whole;
+use common::crash::{hub_tags, whole};
 use common::store::assert_check_ok;
 use std::collections::BTreeSet;
 use tagstore::{CreateOptions, Store, Tag};
@@ -19,16 +19,7 @@ const KILL_CHILD_ENV: &str = "TAGSTORE_BULK_KILL_CHILD";
 /// Batch `b` of the SIGKILL test: 20,000 tags, a third of them on one
 /// subject (a peak whose chain grows in every batch).
 fn kill_batch(b: u32) -> Vec<Tag> {
-    (0..20_000u32)
-        .map(|i| {
-            let subject = if i % 3 == 0 {
-                "hub".to_string()
-            } else {
-                format!("pkg{}", i % 501)
-            };
-            Tag::new(format!("/b{b}/dir{}/file-{i}", i % 97), "owned_by", subject)
-        })
-        .collect()
+    hub_tags(&format!("b{b}"), 20_000)
 }
 
 #[test]

@@ -219,6 +219,21 @@ pub fn fill_up(dir: &Path) -> PathBuf {
     p
 }
 
+/// `n` file-ownership tags under path prefix `prefix`, a third of them on
+/// one subject, `hub` (a peak whose chain grows), the rest on 500 others.
+pub fn hub_tags(prefix: &str, n: u32) -> Vec<Tag> {
+    (0..n)
+        .map(|i| {
+            let subject = if i % 3 == 0 {
+                "hub".to_string()
+            } else {
+                format!("pkg{}", i % 501)
+            };
+            Tag::new(format!("/{prefix}/d{}/f-{i}", i % 97), "owned_by", subject)
+        })
+        .collect()
+}
+
 /// Tag `i` of the split workloads: few subjects, so their chains link
 /// secondary buckets and the splits move many tags.
 pub fn split_tag(i: usize) -> Tag {
