@@ -10,9 +10,11 @@
 //! first changed, so a chain never has a later bucket without the earlier.
 
 use super::commit::Durability;
+use super::file;
 use super::Pager;
 use crate::error::{Error, Result};
 use crate::format::BLOCK_SIZE;
+use std::sync::Arc;
 
 /// Private copies past which a bulk write goes back to the file (16 MiB).
 pub const BULK_FLUSH_BLOCKS: usize = 4096;
@@ -61,8 +63,8 @@ impl Pager {
     /// first use (`zeroed`: the block was never written, so no read).
     pub(super) fn bulk_copy(&mut self, n: u64, zeroed: bool) -> Result<&mut [u8]> {
         if !self.overlay.contains_key(&n) {
-            let copy: Box<[u8]> = if zeroed {
-                vec![0u8; BLOCK_SIZE].into()
+            let copy: Arc<[u8]> = if zeroed {
+                Arc::from(&file::ZERO_BLOCK[..])
             } else {
                 self.file.block(n)?.into()
             };
@@ -73,7 +75,7 @@ impl Pager {
         }
         self.overlay
             .get_mut(&n)
-            .map(|b| &mut b[..])
+            .map(Arc::make_mut)
             .ok_or_else(|| Error::corrupt(format!("block {n} vanished from the bulk write set")))
     }
 

@@ -5,6 +5,7 @@ use super::Pager;
 use crate::error::{Error, Result};
 use crate::format::delta;
 use crate::format::superblock::PRIMARY_BASE;
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 /// When changes become durable (survive a power cut).
@@ -91,15 +92,14 @@ impl Pager {
             }
             return self.file.block_mut(n);
         }
-        if !self.overlay.contains_key(&n) {
-            let copy: Box<[u8]> = self.file.block(n)?.into();
-            self.overlay.insert(n, copy);
-        }
+        let copy = match self.overlay.entry(n) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => v.insert(self.file.block(n)?.into()),
+        };
         self.dirty.insert(n);
-        self.overlay
-            .get_mut(&n)
-            .map(|b| &mut b[..])
-            .ok_or_else(|| Error::corrupt(format!("block {n} vanished from the write set")))
+        // A copy still shared with a staged batch is copied once more here
+        // (copy on write); staging itself shares the copy, never copies it.
+        Ok(Arc::make_mut(copy))
     }
 
     /// Queues every block changed since the last stage for the journal
@@ -165,7 +165,7 @@ impl Pager {
             };
             blocks.push(Staged {
                 n,
-                image: img.clone(),
+                image: Arc::clone(img),
                 delta,
             });
         }

@@ -6,6 +6,7 @@ use foldhash::HashMap;
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 enum Map {
@@ -569,7 +570,7 @@ pub struct SeqReader<'a> {
     start: u64,
     n: u64,
     /// Blocks recovered in memory (a read-only open), served first.
-    overlay: Option<&'a HashMap<u64, Box<[u8]>>>,
+    overlay: Option<&'a HashMap<u64, Arc<[u8]>>>,
     /// Blocks past the file's end up to here read as zeros (never written).
     blocks: u64,
 }
@@ -596,7 +597,7 @@ impl<'a> SeqReader<'a> {
     /// A reader that serves `overlay`'s blocks first and zeros up to `blocks`.
     pub fn with_overlay(
         file: &'a MappedFile,
-        overlay: &'a HashMap<u64, Box<[u8]>>,
+        overlay: &'a HashMap<u64, Arc<[u8]>>,
         blocks: u64,
     ) -> Self {
         SeqReader {

@@ -19,16 +19,16 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Block images by block number.
-pub(super) type Blocks = Vec<(u64, Box<[u8]>)>;
+pub(super) type Blocks = Vec<(u64, Arc<[u8]>)>;
 
 /// One block staged: its image and, when the journal's round already holds
 /// an image of the block, the delta from its previous version.
 pub(super) struct Staged {
     pub n: u64,
-    pub image: Box<[u8]>,
+    pub image: Arc<[u8]>,
     pub delta: Option<Vec<u8>>,
 }
 

@@ -44,7 +44,7 @@ pub struct Pager {
     fresh: HashSet<u64>,
     /// Private copies of blocks changed and not yet in the store file
     /// (journaled modes): reads and writes see them first.
-    overlay: HashMap<u64, Box<[u8]>>,
+    overlay: HashMap<u64, Arc<[u8]>>,
     /// Overlay blocks changed since they were last staged.
     dirty: HashSet<u64>,
     /// The stage that last queued each overlay block.
@@ -106,7 +106,7 @@ impl Pager {
     /// would write, recovered in memory) over the file, and `blocks` blocks
     /// in all.
     pub fn with_recovered(mut self, overlay: HashMap<u64, Box<[u8]>>, blocks: u64) -> Pager {
-        self.overlay = overlay;
+        self.overlay = overlay.into_iter().map(|(n, b)| (n, b.into())).collect();
         self.virtual_blocks = blocks;
         self
     }
