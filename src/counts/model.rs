@@ -18,6 +18,10 @@ pub struct Counts {
     /// Signed: increments of one writer may merge out of order, so a count
     /// can dip below zero until the earlier increment arrives.
     counts: FastMap<String, FastMap<String, i64>>,
+    /// The cloud index of each relationship whose cloud was asked for:
+    /// `(count desc, subject)` for every positive count, kept current from
+    /// then on. Built on the first `cloud` call, so loads and merges of
+    /// relationships nobody asks the cloud of pay nothing for it.
     cloud: BTreeMap<String, BTreeSet<(Reverse<u64>, String)>>,
     /// The load cut off a torn or damaged record.
     pub cut: bool,
@@ -58,15 +62,13 @@ impl Counts {
         if old == n {
             return;
         }
-        let idx = self.cloud.entry(r.clone()).or_default();
-        if old > 0 {
-            idx.remove(&(Reverse(old as u64), s.clone()));
-        }
-        if n > 0 {
-            idx.insert((Reverse(n as u64), s.clone()));
-        }
-        if idx.is_empty() {
-            self.cloud.remove(&r);
+        if let Some(idx) = self.cloud.get_mut(&r) {
+            if old > 0 {
+                idx.remove(&(Reverse(old as u64), s.clone()));
+            }
+            if n > 0 {
+                idx.insert((Reverse(n as u64), s.clone()));
+            }
         }
         if n != 0 {
             self.counts.entry(r).or_default().insert(s, n);
@@ -112,7 +114,18 @@ impl Counts {
     }
 
     /// The top `k` subjects of a relationship with weights.
-    pub fn cloud(&self, relationship: &str, k: usize) -> Vec<CloudEntry> {
+    pub fn cloud(&mut self, relationship: &str, k: usize) -> Vec<CloudEntry> {
+        if !self.cloud.contains_key(relationship) {
+            let idx: BTreeSet<(Reverse<u64>, String)> = self
+                .counts
+                .get(relationship)
+                .into_iter()
+                .flatten()
+                .filter(|(_, n)| **n > 0)
+                .map(|(s, n)| (Reverse(*n as u64), s.clone()))
+                .collect();
+            self.cloud.insert(relationship.to_owned(), idx);
+        }
         let Some(idx) = self.cloud.get(relationship) else {
             return Vec::new();
         };
@@ -254,7 +267,7 @@ mod tests {
         m.insert(("isa".to_string(), "b".to_string()), 10);
         m.insert(("isa".to_string(), "c".to_string()), 1);
         m.insert(("owns".to_string(), "z".to_string()), 5);
-        let c = Counts::from_counts(m);
+        let mut c = Counts::from_counts(m);
         let cl = c.cloud("isa", 2);
         assert_eq!(cl.len(), 2);
         assert_eq!((cl[0].subject.as_str(), cl[0].count), ("a", 100));
