@@ -25,9 +25,8 @@ impl State {
                 return Ok(());
             }
             let s = pe.tail;
-            let first = l.secondary_start(s);
             let mut tail = Vec::new();
-            for b in first..first + l.blocks_per_secondary as u64 {
+            for b in self.secondary_blocks(s, l) {
                 let blk = self.pager.block(b)?;
                 for i in blk.occupied_slots() {
                     tail.push(Moving::at(&blk, b, i, Some(s), seed)?);
@@ -129,8 +128,7 @@ impl State {
         let chain: Vec<u32> = self.index.tables.chain(g).map(|(s, _)| s).collect();
         for s in chain {
             let mut f = [0u64; 4];
-            let first = l.secondary_start(s);
-            for b in first..first + l.blocks_per_secondary as u64 {
+            for b in self.secondary_blocks(s, l) {
                 let blk = self.pager.block(b)?;
                 for i in blk.occupied_slots() {
                     filter_add(&mut f, blk.key_fp(i));
@@ -139,6 +137,15 @@ impl State {
             self.index.tables.secondary[s as usize].filter = f;
         }
         Ok(())
+    }
+
+    /// The blocks of secondary bucket `s` that may hold data: those up to
+    /// its known extent (the blocks past it were never written since it
+    /// was linked, and reading them would fault in pages of zeros), or all.
+    fn secondary_blocks(&self, s: u32, l: &Layout) -> std::ops::Range<u64> {
+        let first = l.secondary_start(s);
+        let n = self.index.accel.secondary_extent(s, l.blocks_per_secondary);
+        first..first + n as u64
     }
 
     /// Gives back the empty secondary buckets at the end of chain `g`
@@ -152,7 +159,7 @@ impl State {
                 return Ok(());
             }
             let first = l.secondary_start(s);
-            for b in first..first + l.blocks_per_secondary as u64 {
+            for b in self.secondary_blocks(s, &l) {
                 if !self.pager.block(b)?.is_unwritten() {
                     self.pager.zero_block(b)?;
                 }
