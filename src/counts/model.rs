@@ -5,6 +5,7 @@ use super::log::{CountsFile, Record};
 use crate::error::{Error, Result};
 use foldhash::HashMap as FastMap;
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The merged counts, the cloud index and the ids already merged.
@@ -81,9 +82,36 @@ impl Counts {
     }
 
     pub(super) fn apply(&mut self, deltas: Vec<(String, String, i64)>) {
+        let mut emptied = false;
         for (r, s, d) in deltas {
-            let old = self.signed(&r, &s);
-            self.change(r, s, old, old + d);
+            if self.cloud.contains_key(&r) {
+                // The cloud index of this relationship moves with its counts.
+                let old = self.signed(&r, &s);
+                self.change(r, s, old, old + d);
+                continue;
+            }
+            // One lookup per key, the owned strings moved in (no copy).
+            let m = match self.counts.get_mut(r.as_str()) {
+                Some(m) => m,
+                None => self.counts.entry(r).or_default(),
+            };
+            match m.entry(s) {
+                Entry::Occupied(mut e) => {
+                    *e.get_mut() += d;
+                    if *e.get() == 0 {
+                        e.remove();
+                        emptied |= m.is_empty();
+                    }
+                }
+                Entry::Vacant(v) => {
+                    if d != 0 {
+                        v.insert(d);
+                    }
+                }
+            }
+        }
+        if emptied {
+            self.counts.retain(|_, m| !m.is_empty());
         }
     }
 
@@ -172,10 +200,9 @@ impl Counts {
         let mut queue = std::mem::take(&mut self.queue);
         let deltas = if let [one] = queue.as_mut_slice() {
             // One increment (a handle's own changes): its keys are distinct
-            // already; sorted, as a merge of several would be.
+            // already, and a merge record needs no order.
             let mut d = std::mem::take(&mut one.deltas);
             d.retain(|x| x.2 != 0);
-            d.sort_unstable();
             d
         } else {
             let mut merged: BTreeMap<(String, String), i64> = BTreeMap::new();

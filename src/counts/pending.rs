@@ -84,6 +84,13 @@ impl Pending {
         out
     }
 
+    /// Takes the channel's deltas in no particular order (zeros dropped):
+    /// for a handle's own merge, which needs no order (sorting a 0.5 M-tag
+    /// npm load's 259,000 keys cost 4 % of the load).
+    pub fn take_unsorted(&mut self, ch: Channel) -> Vec<(String, String, i64)> {
+        self.drain(ch, true)
+    }
+
     fn drain(&mut self, ch: Channel, collect: bool) -> Vec<(String, String, i64)> {
         let c = ch as usize;
         let mut out = Vec::new();

@@ -189,7 +189,7 @@ impl Store {
         let l = self.ensure_counts(&mut slot)?;
         let deltas = {
             let mut g = self.lock();
-            g.feed.pending.take(Channel::Own)
+            g.feed.pending.take_unsorted(Channel::Own)
         };
         if deltas.is_empty() {
             return Ok(());
