@@ -33,6 +33,20 @@ pub enum Record {
     },
 }
 
+/// A snapshot as written, borrowing the counts instead of copying every
+/// string: encodes exactly as [`Record::Snapshot`] (the same variant
+/// index, fields and types), so it is read back as one.
+#[derive(Serialize)]
+pub enum SnapshotRef<'a> {
+    /// Every count, and the increments merged into them (in no order).
+    Snapshot {
+        version: u64,
+        own_only: bool,
+        counts: Vec<(&'a str, &'a str, i64)>,
+        processed: Vec<IncrementId>,
+    },
+}
+
 /// Current counts-file magic. `TSCOUNT1` (unsigned snapshot counts) was
 /// never released and is treated like a missing file.
 const MAGIC: &[u8; 8] = b"TSCOUNT2";
@@ -44,7 +58,7 @@ pub fn counts_path(store: &Path) -> PathBuf {
 }
 
 /// A record framed for the file: length, CRC32, then the bincode body.
-fn frame(rec: &Record) -> Result<Vec<u8>> {
+fn frame(rec: &impl Serialize) -> Result<Vec<u8>> {
     let body = bincode::serde::encode_to_vec(rec, bincode::config::standard())
         .map_err(|e| Error::InvalidArgument(format!("encoding counts record: {e}")))?;
     let mut buf = Vec::with_capacity(body.len() + 8);
@@ -228,5 +242,36 @@ mod tests {
             CountsFile::load(&store, 6, false).expect("load").is_none(),
             "foreign seed"
         );
+    }
+
+    #[test]
+    fn a_borrowed_snapshot_reads_back_as_a_snapshot() {
+        let processed = vec![IncrementId { writer: 7, seq: 3 }];
+        let rec = SnapshotRef::Snapshot {
+            version: 42,
+            own_only: true,
+            counts: vec![("isa", "sunset", 3), ("owns", "é\tü", -1)],
+            processed: processed.clone(),
+        };
+        let body = frame(&rec).expect("frame");
+        let (back, _) =
+            bincode::serde::decode_from_slice::<Record, _>(&body[8..], bincode::config::standard())
+                .expect("decode");
+        let Record::Snapshot {
+            version,
+            own_only,
+            counts,
+            processed: p,
+        } = back
+        else {
+            panic!("not a snapshot");
+        };
+        assert_eq!((version, own_only, p), (42, true, processed));
+        let want = [("isa", "sunset", 3), ("owns", "é\tü", -1)];
+        let want: Vec<(String, String, i64)> = want
+            .iter()
+            .map(|&(r, s, n)| (r.into(), s.into(), n))
+            .collect();
+        assert_eq!(counts, want);
     }
 }
