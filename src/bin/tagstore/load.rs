@@ -18,6 +18,10 @@ const CHUNK: usize = 4096;
 /// large takes the library's bulk path, written half by half in bucket order.
 const BULK_CHUNK: usize = 262_144;
 
+/// A file's estimated line count is raised by 1/this before the store
+/// grows for it (4 %).
+const RESERVE_MARGIN: u64 = 25;
+
 /// What a load has applied so far.
 #[derive(Default)]
 pub struct Tally {
@@ -175,8 +179,15 @@ fn read_and_apply<R: io::BufRead>(
         bar.set_position(reader.bytes_read());
         if chunk.len() == CHUNK {
             if let Some(total) = hint.take() {
+                // An estimate from the first lines' mean length, with a
+                // margin: one that falls short by a few splits makes the
+                // first split of the next level append a whole segment
+                // (0.5 M npm lines estimated 1 % low: 504 MB of file for
+                // 252 MB of buckets), while 4 % too many buckets costs 4 %.
                 let lines = total.saturating_mul(reader.line_no()) / reader.bytes_read().max(1);
-                store.reserve(lines).map_err(|e| format!("{name}: {e}"))?;
+                store
+                    .reserve(lines.saturating_add(lines / RESERVE_MARGIN))
+                    .map_err(|e| format!("{name}: {e}"))?;
             }
         }
         if chunk.len() == size {
