@@ -5,7 +5,8 @@
 //! * **Model, several writers and one collector** (property tests). Three
 //!   writer stores each own a partition of the objects (by object name) and a
 //!   file of their own; a fourth store, the collector, holds no tags. Random
-//!   INSERT/DELETE calls (single and batched) run on the writers, which now
+//!   INSERT/DELETE calls (single and batched, the batches through the bulk
+//!   path) run on the writers, which now
 //!   and then `take_increment()`; the increments travel as bytes
 //!   (`to_bytes`/`from_bytes`) and reach the collector delayed, interleaved,
 //!   duplicated, and again after they were merged; the collector merges at
@@ -452,6 +453,9 @@ impl<'c> Sim<'c> {
             .map(|w| {
                 let path = dir.path().join(format!("writer{w}.tags"));
                 let store = Store::create(&path, &small()).expect("create writer");
+                // Batches of two or more take the bulk path (mapped mode),
+                // so its counting is held to the model too.
+                store.set_bulk_limits(2, 4);
                 Writer {
                     path,
                     store: Some(store),
@@ -729,7 +733,9 @@ impl<'c> Sim<'c> {
             .expect("open")
             .close()
             .expect("close writer");
-        wr.store = Some(Store::open(&wr.path).expect("reopen writer"));
+        let store = Store::open(&wr.path).expect("reopen writer");
+        store.set_bulk_limits(2, 4);
+        wr.store = Some(store);
         wr.handle_writer = None;
         wr.next_seq = 0;
     }
