@@ -14,11 +14,16 @@
 //! whole (both halves or none), nothing stored before may be lost, and
 //! nothing outside the batch may appear. A read-only open before that
 //! either succeeds or refuses with `BulkPending`.
+//!
+//! Regression (CI at 239d156): every test here runs alone (`serial`). The
+//! tmpfs test spawns `cp` and `mount`; a child forked while the model test
+//! had just abandoned its store still held the store's lock until it
+//! exec'd, and the model test's read-only open failed with `Locked`.
 
 mod common;
 
 use common::crash::{hub_tags, whole};
-use common::store::assert_check_ok;
+use common::store::{assert_check_ok, serial};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
@@ -233,6 +238,7 @@ fn name(s: &Step) -> &'static str {
 
 #[test]
 fn bulk_batches_agree_with_a_model_across_crashes() {
+    let _one = serial();
     let cases = std::env::var("TAGSTORE_PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -264,6 +270,7 @@ fn bulk_batches_agree_with_a_model_across_crashes() {
 /// then writes both halves; the result holds every tag exactly once.
 #[test]
 fn bulk_load_into_a_store_with_no_size_hint() {
+    let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("grown.tags");
     let s = Store::create(&path, &CreateOptions::default()).expect("create");
@@ -299,6 +306,7 @@ fn bulk_load_into_a_store_with_no_size_hint() {
 /// position without the one before it (a store that cannot be opened).
 #[test]
 fn crash_at_every_write_of_a_bulk_batch() {
+    let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let base = dir.path().join("base.tags");
     let opts = CreateOptions {
@@ -358,6 +366,7 @@ fn review_export(s: &Store) -> BTreeSet<Tag> {
 /// switch back and a crash: everything agrees after the reopen.
 #[test]
 fn bulk_between_journaled_modes() {
+    let _one = serial();
     let dir = tempfile::tempdir().expect("review test");
     let path = dir.path().join("j.tags");
     drop(Store::create(&path, &CreateOptions::default()).expect("review test"));
@@ -393,6 +402,7 @@ fn bulk_between_journaled_modes() {
 /// copies are dropped: the handle's reads show what the reopen shows.
 #[test]
 fn reads_on_a_handle_poisoned_by_a_bulk_batch() {
+    let _one = serial();
     let dir = tempfile::tempdir().expect("review test");
     let path = dir.path().join("p.tags");
     drop(Store::create(&path, &CreateOptions::default()).expect("review test"));
@@ -436,7 +446,7 @@ fn reads_on_a_handle_poisoned_by_a_bulk_batch() {
 /// as zeros: 270 of 300 new tags torn).
 #[test]
 fn bulk_into_a_store_opened_on_a_full_tmpfs() {
-    use common::crash::{fill_up, serial, Tmpfs};
+    use common::crash::{fill_up, Tmpfs};
     let _one = serial();
     let disk = tempfile::tempdir().expect("review test");
     let src = disk.path().join("s.tags");
