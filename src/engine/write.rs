@@ -118,8 +118,9 @@ impl State {
             };
         }
         let s = self.alloc_secondary()?;
-        // A free bucket was never written (buckets are unlinked only by
-        // maintenance, which writes a fresh file).
+        // A free bucket holds zeros: never written, or zeroed when a split
+        // emptied it (its blocks that held data are marked backed, so they
+        // are not zero-filled again).
         if let Err(e) = self.pager.ensure_reserved(geo.secondary_start(s), true) {
             self.index.tables.free.insert(s);
             return Err(e);

@@ -42,6 +42,10 @@ pub struct Pager {
     /// Blocks of newly linked secondary buckets not yet written (never
     /// written before either, so a write of zeros may back them).
     fresh: HashSet<u64>,
+    /// Blocks this handle backed with disk space itself (unit tests: every
+    /// block marked reserved must be one of these, or have held data).
+    #[cfg(test)]
+    backed: HashSet<u64>,
     /// Private copies of blocks changed and not yet in the store file
     /// (journaled modes): reads and writes see them first.
     overlay: HashMap<u64, Arc<[u8]>>,
@@ -87,6 +91,8 @@ impl Pager {
             geo,
             reserved: Vec::new(),
             fresh: HashSet::new(),
+            #[cfg(test)]
+            backed: HashSet::new(),
             overlay: HashMap::new(),
             dirty: HashSet::new(),
             staged_in: HashMap::new(),

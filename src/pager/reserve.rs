@@ -5,10 +5,6 @@ use crate::error::Result;
 use crate::format::{BlockAt, BLOCK_SIZE};
 
 impl Pager {
-    /// Backs block `b` with disk space before anything reads or writes it
-    /// through the map, so a full disk is an error here and never a SIGBUS.
-    /// `fresh`: the block (or, in the secondary partition, its whole bucket)
-    /// is known never written, so it may be zero-filled instead.
     /// Marks `n` blocks from `first` as backed (they hold data already).
     pub fn mark_reserved(&mut self, first: u64, n: u64) {
         for x in first..first + n {
@@ -20,6 +16,31 @@ impl Pager {
         }
     }
 
+    /// True if this handle backed block `b` with disk space (unit tests).
+    #[cfg(test)]
+    pub fn was_backed(&self, b: u64) -> bool {
+        self.backed.contains(&b)
+    }
+
+    /// Blocks marked reserved that this handle never backed (unit tests).
+    #[cfg(test)]
+    pub fn reserved_unbacked(&self) -> Vec<u64> {
+        let mut out = Vec::new();
+        for (w, bits) in self.reserved.iter().enumerate() {
+            for i in 0..64u64 {
+                let b = w as u64 * 64 + i;
+                if bits & (1 << i) != 0 && !self.backed.contains(&b) {
+                    out.push(b);
+                }
+            }
+        }
+        out
+    }
+
+    /// Backs block `b` with disk space before anything reads or writes it
+    /// through the map, so a full disk is an error here and never a SIGBUS.
+    /// `fresh`: the block (or, in the secondary partition, its whole bucket)
+    /// is known never written, so it may be zero-filled instead.
     pub fn ensure_reserved(&mut self, b: u64, fresh: bool) -> Result<()> {
         let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
         if self.reserved.get(w).is_some_and(|x| x & bit != 0) {
@@ -62,6 +83,8 @@ impl Pager {
         } else {
             self.file.reserve(off, len)?;
         }
+        #[cfg(test)]
+        self.backed.extend(first..first + n);
         for x in first..first + n {
             let w = (x / 64) as usize;
             if self.reserved.len() <= w {
