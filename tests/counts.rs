@@ -1634,6 +1634,30 @@ fn increment_sent_back_after_a_rebuild_changes_nothing() {
     w.close().expect("close");
 }
 
+/// The clean-close variant: changes made with counting off make the own
+/// counts stale, and the close used to delete the counts file, so the
+/// reopened handle rebuilt them with no merged ids and merged the shipped
+/// increment sent back on top (counted twice, and the counts turned
+/// "foreign" for good). The close now keeps the merged ids.
+#[test]
+fn increment_sent_back_after_counting_off_and_a_close_changes_nothing() {
+    let (_g, dir) = lib_test();
+    let (path, w, inc, mut tags) = shipped_base(dir.path());
+    w.set_counting(false);
+    assert!(w.insert(&tag("m", "owns", "dog")).expect("insert"));
+    tags.insert(tag("m", "owns", "dog"));
+    w.close().expect("close");
+    let w = Store::open(&path).expect("reopen");
+    assert_store_counts(&w, &tag_counts(&tags), &["isa", "owns"], "rebuilt");
+    let fresh = w.submit_increment(inc).expect("submit");
+    w.close().expect("close");
+    let w = Store::open(&path).expect("reopen");
+    assert_check_ok(&w, "after the increment came back");
+    let ctx = format!("shipped increment sent back after a close (accepted: {fresh})");
+    assert_counts_of(&w, &tags, &ctx);
+    assert!(!fresh, "already in the counts: must be discarded");
+}
+
 /// The crash variant: the shipped id was recorded durably in the own
 /// counts file, but the unclean shutdown makes the reopened handle rebuild
 /// its counts, dropping the merged ids. FAILS on dc982ac: the increment sent

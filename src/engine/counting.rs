@@ -208,22 +208,41 @@ impl Store {
         if !writable {
             return Ok(());
         }
-        let own_only = || match CountsFile::load(self.path(), self.seed, false) {
-            Ok(Some((c, _))) => c.own_only,
-            _ => true,
-        };
-        if stale && own_only() {
-            // Counts of our own tags that missed changes: drop them; the next
-            // use rebuilds them from the tags. (A collector's counts include
-            // other writers' increments and are kept.)
-            *self.counts_lock() = None;
-            return match std::fs::remove_file(counts_path(self.path())) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
-                    format!("removing stale {}", counts_path(self.path()).display()),
-                    e,
-                )),
-                _ => Ok(()),
+        if stale {
+            let on_disk = match CountsFile::load(self.path(), self.seed, false) {
+                Ok(found) => found.map(|(c, _)| c),
+                Err(_) => None,
             };
+            match on_disk {
+                // A collector's counts include other writers' increments:
+                // kept (and merged below).
+                Some(c) if !c.own_only => {}
+                // Counts of our own tags that missed changes: the next use
+                // rebuilds them from the tags, keeping the ids already
+                // merged (an increment this store shipped, sent back, must
+                // still change nothing). An empty snapshot keeps them: its
+                // total (zero) disagrees with any other tag count, which
+                // forces that rebuild.
+                Some(c) if !c.processed.is_empty() => {
+                    *self.counts_lock() = None;
+                    let mut empty = Counts::from_counts(HashMap::new());
+                    empty.processed = c.processed;
+                    empty.version = c.version;
+                    CountsFile::create(self.path(), self.seed, &empty)?;
+                    return Ok(());
+                }
+                // Nothing worth keeping: drop them.
+                _ => {
+                    *self.counts_lock() = None;
+                    return match std::fs::remove_file(counts_path(self.path())) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(
+                            format!("removing stale {}", counts_path(self.path()).display()),
+                            e,
+                        )),
+                        _ => Ok(()),
+                    };
+                }
+            }
         }
         self.merge_own_counts()?;
         let mut slot = self.counts_lock();
