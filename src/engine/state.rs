@@ -101,8 +101,8 @@ impl State {
             self.pager.commit()?;
         }
         // Give back free secondary buckets at the end of the file: a free
-        // bucket is never written (buckets are only unlinked by maintenance,
-        // which writes a fresh file), so nothing is lost by truncating them.
+        // bucket holds zeros (never written, or zeroed when a split emptied
+        // it), so nothing is lost by truncating them.
         let geo = self.index.geometry();
         let t = &mut self.index.tables;
         let keep = t

@@ -196,8 +196,18 @@ impl Pager {
     /// Sets the file length (growing or shrinking the secondary partition).
     pub fn set_len(&mut self, len: u64) -> Result<()> {
         if len < self.file.len() {
-            // Blocks cut off come back as zeros, not as journaled.
+            // Blocks cut off come back as zeros, not as journaled, and as
+            // holes: no longer backed.
             self.imaged.clear();
+            let end = len.div_ceil(BLOCK_SIZE as u64);
+            self.fresh.retain(|&b| b < end);
+            let w = (end / 64) as usize;
+            if let Some(x) = self.reserved.get_mut(w) {
+                *x &= (1u64 << (end % 64)) - 1;
+            }
+            self.reserved.truncate(w + 1);
+            #[cfg(test)]
+            self.backed.retain(|&b| b < end);
         }
         self.file.set_len(len)?;
         self.verified

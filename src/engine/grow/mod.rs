@@ -190,7 +190,9 @@ impl State {
             match self.alloc_secondary() {
                 Ok(s) => {
                     taken.push(s);
-                    // A free bucket is never written: zeros may be written.
+                    // A free bucket holds zeros: a write of zeros may back
+                    // it (its blocks that held data, given back by a split,
+                    // are marked backed and are not written again).
                     r = self.pager.ensure_reserved(l.secondary_start(s), true);
                 }
                 Err(e) => r = Err(e),

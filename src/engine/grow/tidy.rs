@@ -111,13 +111,16 @@ impl State {
                 slot: i as u32,
             })?;
         }
-        for b in start + keep as u64..start + extent as u64 {
+        for b in start..start + extent as u64 {
             if !self.pager.block(b)?.is_unwritten() {
-                self.pager.zero_block(b)?;
+                if b >= start + keep as u64 {
+                    self.pager.zero_block(b)?;
+                }
+                // Held data, so backed: a later write must not zero-fill
+                // it around the journal.
+                self.pager.mark_reserved(b, 1);
             }
         }
-        // Backed already: a later write must not zero-fill around the journal.
-        self.pager.mark_reserved(start, extent as u64);
         self.index.accel.set_extent(g, keep);
         Ok(())
     }
