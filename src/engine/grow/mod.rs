@@ -186,14 +186,25 @@ impl State {
         let buckets = over.div_ceil(l.secondary_capacity() as u64);
         let mut taken = Vec::new();
         let mut r = Ok(());
-        for _ in 0..buckets {
+        for k in 0..buckets {
             match self.alloc_secondary() {
                 Ok(s) => {
                     taken.push(s);
+                    // Every block the bucket's share of the tags fills, not
+                    // only its first: the moves must not meet a full disk.
                     // A free bucket holds zeros: a write of zeros may back
                     // it (its blocks that held data, given back by a split,
                     // are marked backed and are not written again).
-                    r = self.pager.ensure_reserved(l.secondary_start(s), true);
+                    let tags = over
+                        .saturating_sub(k * l.secondary_capacity() as u64)
+                        .min(l.secondary_capacity() as u64);
+                    let first = l.secondary_start(s);
+                    for b in first..first + tags.div_ceil(per_block) {
+                        r = self.pager.ensure_reserved(b, b == first);
+                        if r.is_err() {
+                            break;
+                        }
+                    }
                 }
                 Err(e) => r = Err(e),
             }
@@ -204,5 +215,42 @@ impl State {
         // Back to the free list: the moves take them again, lowest first.
         self.index.tables.free.extend(taken);
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{CreateOptions, Store};
+
+    /// Regression: a split backed only the first block of each secondary
+    /// bucket its moved tags would fill, so a full disk could stop the
+    /// moves half done instead of refusing the split before any change.
+    #[test]
+    fn a_split_backs_every_block_its_moves_fill() {
+        let dir = tempfile::tempdir().expect("test setup");
+        let opts = CreateOptions {
+            blocks_per_primary: Some(1),
+            blocks_per_secondary: Some(4),
+            seed: Some(3),
+            ..Default::default()
+        };
+        let s = Store::create(dir.path().join("r.tags"), &opts).expect("test setup");
+        let mut st = s.write().expect("test setup");
+        // The bucket the moves would take: the lowest free one, or the next new one.
+        let t = &st.index.tables;
+        let lowest = t.free.first().copied().unwrap_or(t.secondary.len() as u32);
+        // 60 tags: 25 in the primary bucket, 35 in two blocks of a secondary one.
+        st.reserve_chain(0, 60).expect("reserve");
+        let first = st.index.geometry().secondary_start(lowest);
+        let backed: Vec<bool> = (first..first + 4).map(|b| st.pager.was_backed(b)).collect();
+        assert_eq!(
+            backed,
+            [true, true, false, false],
+            "blocks of secondary bucket {lowest}"
+        );
+        assert!(
+            st.index.tables.free.contains(&lowest),
+            "given back to the free list"
+        );
     }
 }
