@@ -8,7 +8,9 @@
 //! its stdin holds the write lock, so `tagstore insert STORE a b c` (and a
 //! `find`) in another process fail with exit code 1 and a stderr message
 //! mentioning "locked", and the store is unchanged by the refused command;
-//! likewise a library handle in this process locks out the CLI.
+//! likewise a library handle in this process locks out the CLI. A store
+//! reopened while a forked child still shares its file opens (the open
+//! retries a held lock for a short grace).
 //!
 //! The tests run one at a time (`serial()`): flock locks belong to the open
 //! file description, which a child forked by another test thread shares until
@@ -325,4 +327,35 @@ fn library_writer_locks_out_cli() {
     assert!(out.status.success(), "stats alongside a reader");
     drop(r);
     assert_eq!(contents(&path), tags);
+}
+
+/// Regression (CI at 239d156, tests/bulk_load.rs): a child process forked
+/// while a store is open shares its open file, and so its lock, until the
+/// child execs or exits; a store closed and reopened in that moment was
+/// refused as `Locked`. An open with no wait now retries for a short grace.
+/// Here the child holds the inherited file for 5 ms, well inside it.
+#[test]
+fn reopen_while_a_forked_child_still_shares_the_file() {
+    let _one = serial();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("forked.tags");
+    let s = Store::create(&path, &CreateOptions::default()).expect("create");
+    assert!(s.insert(&Tag::new("a", "b", "c")).expect("insert"));
+    // SAFETY: the child calls only async-signal-safe functions (usleep,
+    // _exit) and touches nothing of the parent's state.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        unsafe {
+            libc::usleep(5_000);
+            libc::_exit(0);
+        }
+    }
+    s.close().expect("close");
+    let reopened = Store::open(&path);
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let s = reopened.expect("reopen while a forked child still shared the file");
+    assert_eq!(s.len(), 1);
 }

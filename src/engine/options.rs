@@ -86,6 +86,7 @@ pub struct OpenOptions {
     /// Open for reading only (shared lock; nothing is ever written).
     pub read_only: bool,
     /// Wait up to this long for a lock another process holds; `None` fails
-    /// at once with [`Error::Locked`](crate::Error::Locked).
+    /// with [`Error::Locked`](crate::Error::Locked) after a 100 ms grace (a
+    /// child process forked meanwhile holds the lock until it execs).
     pub wait: Option<Duration>,
 }

@@ -93,11 +93,18 @@ fn headroom(len: u64) -> u64 {
     len.saturating_mul(4).max(len.saturating_add(32 << 30))
 }
 
+/// How long an open with no wait still retries a held lock: a child
+/// process forked by another thread of this process shares the file (and
+/// its lock) until it execs, which takes a moment; a store closed and
+/// reopened in that moment would otherwise be refused as locked.
+const LOCK_GRACE: Duration = Duration::from_millis(100);
+
 /// Locks `file`; when another process holds it, retries for up to `wait`
-/// (none: fails at once with [`Error::Locked`]).
+/// (none: for [`LOCK_GRACE`], then fails with [`Error::Locked`]).
 fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Result<()> {
     // `Some(None)`: no limit (a wait too long to add to the clock).
-    let deadline = wait.map(|w| Instant::now().checked_add(w));
+    let wait = wait.unwrap_or(LOCK_GRACE);
+    let deadline = Some(Instant::now().checked_add(wait));
     let mut pause = Duration::from_millis(1);
     loop {
         let r = if exclusive {
