@@ -46,6 +46,10 @@ pub struct Pager {
     /// block marked reserved must be one of these, or have held data).
     #[cfg(test)]
     backed: HashSet<u64>,
+    /// A split is moving tags (unit tests): blocks backed meanwhile, which
+    /// the split should have backed before it changed anything.
+    #[cfg(test)]
+    pub moving: Option<Vec<u64>>,
     /// Private copies of blocks changed and not yet in the store file
     /// (journaled modes): reads and writes see them first.
     overlay: HashMap<u64, Arc<[u8]>>,
@@ -93,6 +97,8 @@ impl Pager {
             fresh: HashSet::new(),
             #[cfg(test)]
             backed: HashSet::new(),
+            #[cfg(test)]
+            moving: None,
             overlay: HashMap::new(),
             dirty: HashSet::new(),
             staged_in: HashMap::new(),

@@ -84,7 +84,12 @@ impl Pager {
             self.file.reserve(off, len)?;
         }
         #[cfg(test)]
-        self.backed.extend(first..first + n);
+        {
+            self.backed.extend(first..first + n);
+            if let Some(late) = self.moving.as_mut() {
+                late.extend(first..first + n);
+            }
+        }
         for x in first..first + n {
             let w = (x / 64) as usize;
             if self.reserved.len() <= w {

@@ -67,6 +67,10 @@ impl State {
         let new = old + (l.base << level);
         let redo = known.is_none();
         let mut known = known.map(|[o, s]| [Some(o), Some(s)]);
+        // Both halves move first, then both old chains are tidied: a bucket
+        // the tidying gives back is then not taken by the other half's
+        // moves instead of the buckets reserved for them.
+        let mut moved = [false; 2];
         for h in Half::BOTH {
             let (go, gn) = (l.global(h, old), l.global(h, new));
             let moving = match known.as_mut().and_then(|k| k[h.index()].take()) {
@@ -92,7 +96,11 @@ impl State {
                     self.commit_delete(go, &m.from, m.th);
                 }
             }
-            if !moving.is_empty() {
+            moved[h.index()] = !moving.is_empty();
+        }
+        for h in Half::BOTH {
+            let go = l.global(h, old);
+            if moved[h.index()] {
                 self.index.accel.forget_chain(go);
                 self.index.open_hint[go as usize] = NONE;
                 self.pack_primary(go, &l, redo)?;
