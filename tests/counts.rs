@@ -888,24 +888,38 @@ impl<'c> Sim<'c> {
 fn run_model(mode: Mode) {
     let _g = lib_guard();
     let cov = Coverage::default();
-    let mut runner = TestRunner::new(Config {
-        cases: cases(),
-        max_shrink_iters: 400,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let result = runner.run(&case(mode), |c| {
-        let mut sim = Sim::new(mode, &cov);
-        for (i, op) in c.ops.iter().enumerate() {
-            sim.step(i, op);
-        }
-        sim.finish(&c.final_picks, c.newest_first);
-        Ok(())
-    });
-    if let Err(e) = result {
-        panic!("{mode:?}: {e}");
-    }
     let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+    // Rare events (a collector crash that loses a queued increment: about 5
+    // in 96 cases) can miss a round; a round of fresh random cases runs
+    // again, at most twice more, until every event was seen. (Regression:
+    // one round of 96 cases lost none, once in a few hundred runs, and the
+    // coverage check failed CI.)
+    for _round in 0..3 {
+        let mut runner = TestRunner::new(Config {
+            cases: cases(),
+            max_shrink_iters: 400,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let result = runner.run(&case(mode), |c| {
+            let mut sim = Sim::new(mode, &cov);
+            for (i, op) in c.ops.iter().enumerate() {
+                sim.step(i, op);
+            }
+            sim.finish(&c.final_picks, c.newest_first);
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{mode:?}: {e}");
+        }
+        let rare_seen = get(&cov.late_duplicates) > 0
+            && get(&cov.discarded_after_reopen) > 0
+            && (!mode.reorder || get(&cov.out_of_order) > 0)
+            && (!mode.collector_crashes || get(&cov.lost_in_crash) > 0);
+        if rare_seen {
+            break;
+        }
+    }
     eprintln!(
         "{mode:?}, {} cases: {} increments shipped, {} merges, {} late duplicates, \
          {} discarded after a reopen, {} delivered out of order, {} lost in collector crashes",
