@@ -240,8 +240,20 @@ impl State {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use crate::{CreateOptions, Store};
+
+    /// A store that grows from one 1-block primary bucket per half, with
+    /// 4-block secondary buckets, in `dir` (splits and chains come early).
+    pub(in crate::engine::grow) fn tiny_store(dir: &tempfile::TempDir, seed: u64) -> Store {
+        let opts = CreateOptions {
+            blocks_per_primary: Some(1),
+            blocks_per_secondary: Some(4),
+            seed: Some(seed),
+            ..Default::default()
+        };
+        Store::create(dir.path().join("tiny.tags"), &opts).expect("test setup")
+    }
 
     /// Regression: a split let both halves reserve the same secondary
     /// buckets (each half gave its buckets back before the other reserved),
@@ -255,13 +267,7 @@ mod tests {
     #[test]
     fn a_split_moves_only_into_blocks_it_backed_first() {
         let dir = tempfile::tempdir().expect("test setup");
-        let opts = CreateOptions {
-            blocks_per_primary: Some(1),
-            blocks_per_secondary: Some(4),
-            seed: Some(5),
-            ..Default::default()
-        };
-        let s = Store::create(dir.path().join("m.tags"), &opts).expect("test setup");
+        let s = tiny_store(&dir, 5);
         for i in 0..6000u32 {
             let t = match i % 3 {
                 0 => crate::Tag::new(format!("objpeak{}", i % 5), "r", format!("s{i}")),
@@ -283,13 +289,7 @@ mod tests {
     #[test]
     fn a_split_backs_every_block_its_moves_fill() {
         let dir = tempfile::tempdir().expect("test setup");
-        let opts = CreateOptions {
-            blocks_per_primary: Some(1),
-            blocks_per_secondary: Some(4),
-            seed: Some(3),
-            ..Default::default()
-        };
-        let s = Store::create(dir.path().join("r.tags"), &opts).expect("test setup");
+        let s = tiny_store(&dir, 3);
         let mut st = s.write().expect("test setup");
         // The bucket the moves would take: the lowest free one, or the next new one.
         let t = &st.index.tables;

@@ -194,7 +194,7 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use crate::{CreateOptions, Store, Tag};
+    use crate::Tag;
 
     /// Regression: a split that emptied a chain's last secondary bucket gave
     /// it back marking all its blocks backed with disk space, though the
@@ -205,14 +205,7 @@ mod tests {
     #[test]
     fn a_bucket_given_back_claims_no_backing_it_lacks() {
         let dir = tempfile::tempdir().expect("test setup");
-        let path = dir.path().join("tidy.tags");
-        let opts = CreateOptions {
-            blocks_per_primary: Some(1),
-            blocks_per_secondary: Some(4),
-            seed: Some(11),
-            ..Default::default()
-        };
-        let s = Store::create(&path, &opts).expect("test setup");
+        let s = super::super::tests::tiny_store(&dir, 11);
         let mut given_back = false;
         for i in 0..6000u32 {
             // A few peaks (their chains move whole in splits) among rare keys.
