@@ -90,13 +90,7 @@ impl Pager {
                 late.extend(first..first + n);
             }
         }
-        for x in first..first + n {
-            let w = (x / 64) as usize;
-            if self.reserved.len() <= w {
-                self.reserved.resize(w + 1, 0);
-            }
-            self.reserved[w] |= 1u64 << (x % 64);
-        }
+        self.mark_reserved(first, n);
         Ok(())
     }
 }
