@@ -46,6 +46,9 @@ pub type SyncHook = Box<dyn FnMut(SyncPoint) + Send + Sync>;
 /// and empties the journal).
 pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
 
+/// Unused private-copy buffers kept for reuse (4 MiB of blocks).
+const SPARE_COPIES: usize = 1024;
+
 /// Blocks in a durable batch past which it is copied into the store file
 /// through the map rather than by `pwrite`.
 const APPLY_BY_MAP: usize = 32;
@@ -94,7 +97,15 @@ impl Pager {
         }
         let copy = match self.overlay.entry(n) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(v) => v.insert(self.file.block(n)?.into()),
+            Entry::Vacant(v) => {
+                let src = self.file.block(n)?;
+                let reused = self.spare.pop().and_then(|mut buf| {
+                    let dst = Arc::get_mut(&mut buf)?;
+                    dst.copy_from_slice(src);
+                    Some(buf)
+                });
+                v.insert(reused.unwrap_or_else(|| src.into()))
+            }
         };
         self.dirty.insert(n);
         // A copy still shared with a staged batch is copied once more here
@@ -221,6 +232,12 @@ impl Pager {
                 }
             }
             self.applied_top = self.applied_top.max(top);
+            // Copies no one holds any more serve the next writes.
+            for (_, img) in blocks {
+                if Arc::strong_count(&img) == 1 && self.spare.len() < SPARE_COPIES {
+                    self.spare.push(img);
+                }
+            }
         }
         Ok(())
     }

@@ -53,6 +53,9 @@ pub struct Pager {
     /// Private copies of blocks changed and not yet in the store file
     /// (journaled modes): reads and writes see them first.
     overlay: HashMap<u64, Arc<[u8]>>,
+    /// Buffers of private copies no longer used, for the next ones (a
+    /// durable server allocated and freed one per block it wrote).
+    spare: Vec<Arc<[u8]>>,
     /// Overlay blocks changed since they were last staged.
     dirty: HashSet<u64>,
     /// The stage that last queued each overlay block.
@@ -100,6 +103,7 @@ impl Pager {
             #[cfg(test)]
             moving: None,
             overlay: HashMap::new(),
+            spare: Vec::new(),
             dirty: HashSet::new(),
             staged_in: HashMap::new(),
             applied_top: 0,
