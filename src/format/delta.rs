@@ -10,6 +10,16 @@ use super::BLOCK_SIZE;
 
 const WORD: usize = 8;
 
+/// True when two cache lines are equal: eight word loads each, folded (an
+/// array compare called `memcmp` for every line).
+fn line_eq(a: &[u8; 64], b: &[u8; 64]) -> bool {
+    let (aw, bw) = (a.as_chunks::<WORD>().0, b.as_chunks::<WORD>().0);
+    let diff = aw.iter().zip(bw).fold(0u64, |d, (x, y)| {
+        d | (u64::from_ne_bytes(*x) ^ u64::from_ne_bytes(*y))
+    });
+    diff == 0
+}
+
 /// Appends the runs that turn `old` into `new` (both one block) to `out`.
 pub fn encode(old: &[u8], new: &[u8], out: &mut Vec<u8>) {
     // Fixed-size lines and words: equal cache lines are skipped with a few
@@ -26,7 +36,7 @@ pub fn encode(old: &[u8], new: &[u8], out: &mut Vec<u8>) {
         out.extend_from_slice(&new[off..off + len]);
     };
     for (l, (a, b)) in old_lines.iter().zip(new_lines).take(lines).enumerate() {
-        if a == b {
+        if line_eq(a, b) {
             if let Some(start) = run.take() {
                 emit(start, l * 8, out);
             }
@@ -34,7 +44,7 @@ pub fn encode(old: &[u8], new: &[u8], out: &mut Vec<u8>) {
         }
         let (aw, bw) = (a.as_chunks::<WORD>().0, b.as_chunks::<WORD>().0);
         for (k, (x, y)) in aw.iter().zip(bw).enumerate() {
-            match (x == y, run) {
+            match (u64::from_ne_bytes(*x) == u64::from_ne_bytes(*y), run) {
                 (false, None) => run = Some(l * 8 + k),
                 (true, Some(start)) => {
                     emit(start, l * 8 + k, out);
