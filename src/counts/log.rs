@@ -33,17 +33,24 @@ pub enum Record {
     },
 }
 
-/// A snapshot as written, borrowing the counts instead of copying every
-/// string: encodes exactly as [`Record::Snapshot`] (the same variant
-/// index, fields and types), so it is read back as one.
+/// A record as written, borrowing its strings instead of copying them:
+/// encodes exactly as [`Record`] (the same variants in the same order, the
+/// same fields and types), so it is read back as one.
 #[derive(Serialize)]
-pub enum SnapshotRef<'a> {
+pub enum RecordRef<'a> {
     /// Every count, and the increments merged into them (in no order).
     Snapshot {
         version: u64,
         own_only: bool,
         counts: Vec<(&'a str, &'a str, i64)>,
         processed: Vec<IncrementId>,
+    },
+    /// One merge: the increments merged and the summed changes.
+    Merge {
+        version: u64,
+        ids: Vec<IncrementId>,
+        deltas: Vec<(&'a str, &'a str, i64)>,
+        foreign: bool,
     },
 }
 
@@ -178,6 +185,11 @@ impl CountsFile {
         self.log.append(&frame(rec)?)
     }
 
+    /// Appends one borrowed record and makes it durable.
+    pub fn append_ref(&mut self, rec: &RecordRef<'_>) -> Result<()> {
+        self.log.append(&frame(rec)?)
+    }
+
     /// Bytes in the file.
     #[cfg(test)]
     pub fn len(&self) -> u64 {
@@ -245,9 +257,9 @@ mod tests {
     }
 
     #[test]
-    fn a_borrowed_snapshot_reads_back_as_a_snapshot() {
+    fn borrowed_records_read_back_as_records() {
         let processed = vec![IncrementId { writer: 7, seq: 3 }];
-        let rec = SnapshotRef::Snapshot {
+        let rec = RecordRef::Snapshot {
             version: 42,
             own_only: true,
             counts: vec![("isa", "sunset", 3), ("owns", "é\tü", -1)],
@@ -272,6 +284,28 @@ mod tests {
             .iter()
             .map(|&(r, s, n)| (r.into(), s.into(), n))
             .collect();
-        assert_eq!(counts, want);
+        assert_eq!(counts, want.clone());
+
+        let ids = vec![IncrementId { writer: 9, seq: 0 }];
+        let rec = RecordRef::Merge {
+            version: 43,
+            ids: ids.clone(),
+            deltas: vec![("isa", "sunset", 3), ("owns", "é\tü", -1)],
+            foreign: false,
+        };
+        let body = frame(&rec).expect("frame");
+        let (back, _) =
+            bincode::serde::decode_from_slice::<Record, _>(&body[8..], bincode::config::standard())
+                .expect("decode");
+        let Record::Merge {
+            version,
+            ids: i,
+            deltas,
+            foreign,
+        } = back
+        else {
+            panic!("not a merge");
+        };
+        assert_eq!((version, i, deltas, foreign), (43, ids, want, false));
     }
 }

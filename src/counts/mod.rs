@@ -20,7 +20,7 @@ mod pending;
 pub use increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
 pub use log::{counts_path, CountsFile};
 pub use model::Counts;
-pub use pending::{Channel, Pending};
+pub use pending::{Channel, Pending, SharedDeltas};
 
 use crate::error::Result;
 use crate::format::Tag;
@@ -90,5 +90,43 @@ impl Loaded {
             file.compact(store, &self.counts)?;
         }
         Ok(out)
+    }
+
+    /// Merges a handle's own changes as increment `id`, one version (with
+    /// whatever is queued, if anything is); folds the log when it has grown.
+    /// If the merge fails, the changes stay queued for the next one.
+    pub fn merge_own(
+        &mut self,
+        store: &Path,
+        own_writer: u64,
+        id: IncrementId,
+        deltas: SharedDeltas,
+    ) -> Result<MergeOutcome> {
+        let owned = |d: &SharedDeltas| Increment {
+            id,
+            deltas: d
+                .iter()
+                .map(|(r, s, n)| (r.to_string(), s.to_string(), *n))
+                .collect(),
+        };
+        if self.counts.queued() > 0 {
+            self.counts.submit(owned(&deltas));
+            return self.merge(store, own_writer);
+        }
+        let Some(file) = self.file.as_mut() else {
+            return Err(crate::Error::ReadOnly);
+        };
+        match self.counts.merge_own(file, id, &deltas) {
+            Ok(out) => {
+                if file.wants_compaction() {
+                    file.compact(store, &self.counts)?;
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                self.counts.submit(owned(&deltas));
+                Err(e)
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The merged counts, the tag cloud index, and exactly-once merging of increments.
 
 use super::increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
-use super::log::{CountsFile, Record, SnapshotRef};
+use super::log::{CountsFile, Record, RecordRef};
+use super::pending::SharedDeltas;
 use crate::error::{Error, Result};
 use foldhash::HashMap as FastMap;
 use std::cmp::Reverse;
@@ -250,6 +251,77 @@ impl Counts {
         })
     }
 
+    /// Merges a handle's own changes, taken as increment `id`, as one new
+    /// version, durably; nothing else may be queued. Their strings are
+    /// borrowed for the record and copied only for keys new to the counts.
+    pub fn merge_own(
+        &mut self,
+        file: &mut CountsFile,
+        id: IncrementId,
+        deltas: &SharedDeltas,
+    ) -> Result<MergeOutcome> {
+        if !self.queue.is_empty() {
+            return Err(Error::corrupt("own merge with increments queued"));
+        }
+        if self.processed.contains(&id) {
+            return Ok(MergeOutcome {
+                version: self.version,
+                merged: 0,
+                discarded: 1,
+            });
+        }
+        let rec = RecordRef::Merge {
+            version: self.version + 1,
+            ids: vec![id],
+            deltas: deltas
+                .iter()
+                .filter(|x| x.2 != 0)
+                .map(|(r, s, d)| (&**r, &**s, *d))
+                .collect(),
+            foreign: false,
+        };
+        file.append_ref(&rec)?;
+        drop(rec);
+        let mut emptied = false;
+        for (r, s, d) in deltas {
+            let (r, s, d) = (&**r, &**s, *d);
+            if d == 0 {
+                continue;
+            }
+            if self.cloud.contains_key(r) {
+                let old = self.signed(r, s);
+                self.change(r.to_owned(), s.to_owned(), old, old + d);
+                continue;
+            }
+            let m = match self.counts.get_mut(r) {
+                Some(m) => m,
+                None => self.counts.entry(r.to_owned()).or_default(),
+            };
+            match m.get_mut(s) {
+                Some(n) => {
+                    *n += d;
+                    if *n == 0 {
+                        m.remove(s);
+                        emptied |= m.is_empty();
+                    }
+                }
+                None => {
+                    m.insert(s.to_owned(), d);
+                }
+            }
+        }
+        if emptied {
+            self.counts.retain(|_, m| !m.is_empty());
+        }
+        self.processed.insert(id);
+        self.version += 1;
+        Ok(MergeOutcome {
+            version: self.version,
+            merged: 1,
+            discarded: 0,
+        })
+    }
+
     /// Records increment ids as merged without changing counts (ids this
     /// store shipped: their changes are already in its own counts).
     pub fn record_shipped(&mut self, file: &mut CountsFile, ids: Vec<IncrementId>) -> Result<()> {
@@ -267,7 +339,7 @@ impl Counts {
 
     /// The snapshot record of these counts, borrowing their strings (a
     /// copy and sort of every count was half of a compaction's time).
-    pub(super) fn snapshot(&self) -> SnapshotRef<'_> {
+    pub(super) fn snapshot(&self) -> RecordRef<'_> {
         let counts: Vec<(&str, &str, i64)> = self
             .counts
             .iter()
@@ -275,7 +347,7 @@ impl Counts {
             .collect();
         let mut processed: Vec<IncrementId> = self.processed.iter().copied().collect();
         processed.sort_unstable();
-        SnapshotRef::Snapshot {
+        RecordRef::Snapshot {
             version: self.version,
             own_only: self.own_only,
             counts,

@@ -189,14 +189,14 @@ impl Store {
         let l = self.ensure_counts(&mut slot)?;
         let deltas = {
             let mut g = self.lock();
-            g.feed.pending.take_unsorted(Channel::Own)
+            g.feed.pending.take_shared(Channel::Own)
         };
         if deltas.is_empty() {
             return Ok(());
         }
         let id = self.next_id();
-        l.counts.submit(Increment { id, deltas });
-        l.merge(self.path(), self.writer_id).map(|_| ())
+        l.merge_own(self.path(), self.writer_id, id, deltas)
+            .map(|_| ())
     }
 
     /// At close: merge own pending changes, or drop stale own counts.
