@@ -8,6 +8,9 @@
 //! * A FIND streaming results holds splits off: every tag of its key comes
 //!   back exactly once while the same thread inserts enough to split many
 //!   times, and the store catches up afterwards.
+//! * FINDs in the session that grew the store see every tag, in both
+//!   directions, after every split (what the session learnt of a bucket
+//!   must follow the tags a split packs into its first blocks).
 
 use std::collections::BTreeSet;
 use tagstore::{CreateOptions, Geometry, Store, Tag};
@@ -130,4 +133,61 @@ fn a_streaming_find_holds_splits_off_and_the_store_catches_up() {
         st.tags
     );
     assert!(s.check().expect("check").ok());
+}
+
+/// Guard for the read accelerators across splits (DESIGN.md §5.3.1): a
+/// split packs the tags left in the old bucket into its first blocks with
+/// no INSERT, so whatever FINDs learnt of the bucket before must follow.
+/// (An experiment with per-block key filters that forgot to learn them
+/// again after a pack failed here and in no earlier test.)
+#[test]
+fn finds_after_splits_in_the_same_session_see_every_tag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = fresh(&dir);
+    let mut model: BTreeSet<Tag> = BTreeSet::new();
+    let check = |model: &BTreeSet<Tag>, when: usize| {
+        let objects: BTreeSet<&str> = model.iter().map(|t| t.object.as_str()).collect();
+        for o in objects {
+            let mut found: Vec<String> = s
+                .find_subjects(o, "isa")
+                .collect::<Result<_, _>>()
+                .expect("find");
+            found.sort();
+            let want: Vec<String> = model
+                .iter()
+                .filter(|t| t.object == o)
+                .map(|t| t.subject.clone())
+                .collect();
+            assert_eq!(found, want, "FIND <{o}, isa, *> after {when} inserts");
+        }
+        let subjects: BTreeSet<&str> = model.iter().map(|t| t.subject.as_str()).collect();
+        for subj in subjects {
+            let n = s.find_objects(subj, "isa").count();
+            let want = model.iter().filter(|t| t.subject == subj).count();
+            assert_eq!(n, want, "FIND <*, isa, {subj}> after {when} inserts");
+        }
+    };
+    let mut splits = 0;
+    let mut buckets = s.geometry().primary_buckets_per_half;
+    for i in 0..12_000usize {
+        // Objects of one to four tags, subjects of a few to a few hundred:
+        // FINDs learn filters all along, splits pack buckets all along.
+        let t = Tag::new(
+            format!("o{}", i.wrapping_mul(2_654_435_761) % 4_000),
+            "isa",
+            format!("s{}", (i * i) % 613),
+        );
+        s.insert(&t).expect("insert");
+        model.insert(t);
+        let now = s.geometry().primary_buckets_per_half;
+        if now != buckets {
+            splits += 1;
+            buckets = now;
+            if splits % 7 == 1 {
+                check(&model, i + 1);
+            }
+        }
+    }
+    check(&model, 12_000);
+    assert!(splits > 20, "only {splits} splits");
 }
