@@ -135,7 +135,7 @@ impl CountsFile {
                     },
                     Some(c),
                 ) if version == c.version + 1 => {
-                    c.apply(deltas);
+                    c.apply(deltas.iter().map(|(r, s, d)| (r.as_str(), s.as_str(), *d)));
                     c.processed.extend(ids);
                     c.version = version;
                     c.own_only &= !foreign;

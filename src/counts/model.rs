@@ -6,7 +6,6 @@ use super::pending::SharedDeltas;
 use crate::error::{Error, Result};
 use foldhash::HashMap as FastMap;
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The merged counts, the cloud index and the ids already merged.
@@ -82,32 +81,35 @@ impl Counts {
         }
     }
 
-    pub(super) fn apply(&mut self, deltas: Vec<(String, String, i64)>) {
+    /// Adds each delta to its count, copying a key's strings only when the
+    /// key is new to the counts (an own merge borrows them from the
+    /// pending map; a merge of queued increments from their records).
+    pub(super) fn apply<'a>(&mut self, deltas: impl IntoIterator<Item = (&'a str, &'a str, i64)>) {
         let mut emptied = false;
         for (r, s, d) in deltas {
-            if self.cloud.contains_key(&r) {
-                // The cloud index of this relationship moves with its counts.
-                let old = self.signed(&r, &s);
-                self.change(r, s, old, old + d);
+            if d == 0 {
                 continue;
             }
-            // One lookup per key, the owned strings moved in (no copy).
-            let m = match self.counts.get_mut(r.as_str()) {
+            if self.cloud.contains_key(r) {
+                // The cloud index of this relationship moves with its counts.
+                let old = self.signed(r, s);
+                self.change(r.to_owned(), s.to_owned(), old, old + d);
+                continue;
+            }
+            let m = match self.counts.get_mut(r) {
                 Some(m) => m,
-                None => self.counts.entry(r).or_default(),
+                None => self.counts.entry(r.to_owned()).or_default(),
             };
-            match m.entry(s) {
-                Entry::Occupied(mut e) => {
-                    *e.get_mut() += d;
-                    if *e.get() == 0 {
-                        e.remove();
+            match m.get_mut(s) {
+                Some(n) => {
+                    *n += d;
+                    if *n == 0 {
+                        m.remove(s);
                         emptied |= m.is_empty();
                     }
                 }
-                Entry::Vacant(v) => {
-                    if d != 0 {
-                        v.insert(d);
-                    }
+                None => {
+                    m.insert(s.to_owned(), d);
                 }
             }
         }
@@ -240,7 +242,7 @@ impl Counts {
             self.queue = queue;
             return Err(e);
         }
-        self.apply(deltas);
+        self.apply(deltas.iter().map(|(r, s, d)| (r.as_str(), s.as_str(), *d)));
         self.processed.extend(ids);
         self.version += 1;
         self.own_only &= !foreign;
@@ -282,37 +284,7 @@ impl Counts {
         };
         file.append_ref(&rec)?;
         drop(rec);
-        let mut emptied = false;
-        for (r, s, d) in deltas {
-            let (r, s, d) = (&**r, &**s, *d);
-            if d == 0 {
-                continue;
-            }
-            if self.cloud.contains_key(r) {
-                let old = self.signed(r, s);
-                self.change(r.to_owned(), s.to_owned(), old, old + d);
-                continue;
-            }
-            let m = match self.counts.get_mut(r) {
-                Some(m) => m,
-                None => self.counts.entry(r.to_owned()).or_default(),
-            };
-            match m.get_mut(s) {
-                Some(n) => {
-                    *n += d;
-                    if *n == 0 {
-                        m.remove(s);
-                        emptied |= m.is_empty();
-                    }
-                }
-                None => {
-                    m.insert(s.to_owned(), d);
-                }
-            }
-        }
-        if emptied {
-            self.counts.retain(|_, m| !m.is_empty());
-        }
+        self.apply(deltas.iter().map(|(r, s, d)| (&**r, &**s, *d)));
         self.processed.insert(id);
         self.version += 1;
         Ok(MergeOutcome {
