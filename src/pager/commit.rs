@@ -100,7 +100,7 @@ impl Pager {
             Entry::Vacant(v) => {
                 let src = self.file.block(n)?;
                 let reused = self.spare.pop().and_then(|mut buf| {
-                    let dst = Arc::get_mut(&mut buf)?;
+                    let dst = Arc::get_mut(&mut buf).filter(|d| d.len() == src.len())?;
                     dst.copy_from_slice(src);
                     Some(buf)
                 });
