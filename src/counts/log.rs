@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 /// 0.5 M-tag npm load); replaying up to 8 MB of merges at open is cheap.
 const COMPACT_MIN: u64 = 4 << 20;
 
-/// One record of the counts file.
-#[derive(Serialize, Deserialize)]
+/// One record of the counts file, as read (written as [`RecordRef`]).
+#[derive(Deserialize)]
 pub enum Record {
     /// Every count, and the increments merged into them.
     Snapshot {
@@ -65,7 +65,7 @@ pub fn counts_path(store: &Path) -> PathBuf {
 }
 
 /// A record framed for the file: length, CRC32, then the bincode body.
-fn frame(rec: &impl Serialize) -> Result<Vec<u8>> {
+fn frame(rec: &RecordRef<'_>) -> Result<Vec<u8>> {
     let body = bincode::serde::encode_to_vec(rec, bincode::config::standard())
         .map_err(|e| Error::InvalidArgument(format!("encoding counts record: {e}")))?;
     let mut buf = Vec::with_capacity(body.len() + 8);
@@ -181,13 +181,17 @@ impl CountsFile {
     }
 
     /// Appends one record and makes it durable.
-    pub fn append(&mut self, rec: &Record) -> Result<()> {
+    pub fn append(&mut self, rec: &RecordRef<'_>) -> Result<()> {
         self.log.append(&frame(rec)?)
     }
 
-    /// Appends one borrowed record and makes it durable.
-    pub fn append_ref(&mut self, rec: &RecordRef<'_>) -> Result<()> {
-        self.log.append(&frame(rec)?)
+    /// Folds the file into one snapshot of `counts` once the merge log has
+    /// grown enough ([`CountsFile::wants_compaction`]).
+    pub fn fold_if_grown(&mut self, store: &Path, counts: &Counts) -> Result<()> {
+        if self.wants_compaction() {
+            self.compact(store, counts)?;
+        }
+        Ok(())
     }
 
     /// Bytes in the file.

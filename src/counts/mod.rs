@@ -86,9 +86,7 @@ impl Loaded {
             return Err(crate::Error::ReadOnly);
         };
         let out = self.counts.merge_queue(file, own_writer)?;
-        if file.wants_compaction() {
-            file.compact(store, &self.counts)?;
-        }
+        file.fold_if_grown(store, &self.counts)?;
         Ok(out)
     }
 
@@ -118,9 +116,7 @@ impl Loaded {
         };
         match self.counts.merge_own(file, id, &deltas) {
             Ok(out) => {
-                if file.wants_compaction() {
-                    file.compact(store, &self.counts)?;
-                }
+                file.fold_if_grown(store, &self.counts)?;
                 Ok(out)
             }
             Err(e) => {

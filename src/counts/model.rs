@@ -1,7 +1,7 @@
 //! The merged counts, the tag cloud index, and exactly-once merging of increments.
 
 use super::increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
-use super::log::{CountsFile, Record, RecordRef};
+use super::log::{CountsFile, RecordRef};
 use super::pending::SharedDeltas;
 use crate::error::{Error, Result};
 use foldhash::HashMap as FastMap;
@@ -200,52 +200,30 @@ impl Counts {
                 ..MergeOutcome::default()
             });
         }
-        let mut queue = std::mem::take(&mut self.queue);
-        let deltas = if let [one] = queue.as_mut_slice() {
-            // One increment (a handle's own changes): its keys are distinct
-            // already, and a merge record needs no order.
-            let mut d = std::mem::take(&mut one.deltas);
-            d.retain(|x| x.2 != 0);
-            d
-        } else {
-            let mut merged: BTreeMap<(String, String), i64> = BTreeMap::new();
-            for inc in &queue {
-                for (r, s, d) in &inc.deltas {
-                    *merged.entry((r.clone(), s.clone())).or_default() += d;
-                }
-            }
-            merged
-                .into_iter()
-                .filter(|(_, d)| *d != 0)
-                .map(|((r, s), d)| (r, s, d))
-                .collect()
-        };
+        let queue = std::mem::take(&mut self.queue);
         let ids: Vec<IncrementId> = queue.iter().map(|i| i.id).collect();
         let foreign = ids.iter().any(|i| i.writer != own_writer);
-        let rec = Record::Merge {
-            version: self.version + 1,
-            ids: ids.clone(),
-            deltas,
-            foreign,
-        };
-        let appended = file.append(&rec);
-        let Record::Merge { deltas, .. } = rec else {
-            return Err(Error::corrupt("merge record changed kind"));
-        };
-        if let Err(e) = appended {
-            if let [one] = queue.as_mut_slice() {
-                if one.deltas.is_empty() {
-                    // Taken above: back, for the next attempt.
-                    one.deltas = deltas;
+        let deltas: Vec<(&str, &str, i64)> = if let [one] = queue.as_slice() {
+            // One increment (a handle's own changes): its keys are distinct
+            // already, and a merge record needs no order.
+            one.deltas
+                .iter()
+                .map(|(r, s, d)| (r.as_str(), s.as_str(), *d))
+                .collect()
+        } else {
+            let mut merged: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+            for inc in &queue {
+                for (r, s, d) in &inc.deltas {
+                    *merged.entry((r.as_str(), s.as_str())).or_default() += d;
                 }
             }
+            merged.into_iter().map(|((r, s), d)| (r, s, d)).collect()
+        };
+        if let Err(e) = self.write_merge(file, ids, deltas, foreign) {
+            // Still queued, for the next attempt.
             self.queue = queue;
             return Err(e);
         }
-        self.apply(deltas.iter().map(|(r, s, d)| (r.as_str(), s.as_str(), *d)));
-        self.processed.extend(ids);
-        self.version += 1;
-        self.own_only &= !foreign;
         Ok(MergeOutcome {
             version: self.version,
             merged: queue.len(),
@@ -272,21 +250,8 @@ impl Counts {
                 discarded: 1,
             });
         }
-        let rec = RecordRef::Merge {
-            version: self.version + 1,
-            ids: vec![id],
-            deltas: deltas
-                .iter()
-                .filter(|x| x.2 != 0)
-                .map(|(r, s, d)| (&**r, &**s, *d))
-                .collect(),
-            foreign: false,
-        };
-        file.append_ref(&rec)?;
-        drop(rec);
-        self.apply(deltas.iter().map(|(r, s, d)| (&**r, &**s, *d)));
-        self.processed.insert(id);
-        self.version += 1;
+        let deltas = deltas.iter().map(|(r, s, d)| (&**r, &**s, *d)).collect();
+        self.write_merge(file, vec![id], deltas, false)?;
         Ok(MergeOutcome {
             version: self.version,
             merged: 1,
@@ -297,15 +262,33 @@ impl Counts {
     /// Records increment ids as merged without changing counts (ids this
     /// store shipped: their changes are already in its own counts).
     pub fn record_shipped(&mut self, file: &mut CountsFile, ids: Vec<IncrementId>) -> Result<()> {
-        let rec = Record::Merge {
+        self.write_merge(file, ids, Vec::new(), false)
+    }
+
+    /// Appends one merge record (zero deltas dropped) and makes it durable,
+    /// then applies it: the new version. Nothing changes if the append fails.
+    fn write_merge(
+        &mut self,
+        file: &mut CountsFile,
+        ids: Vec<IncrementId>,
+        mut deltas: Vec<(&str, &str, i64)>,
+        foreign: bool,
+    ) -> Result<()> {
+        deltas.retain(|x| x.2 != 0);
+        let rec = RecordRef::Merge {
             version: self.version + 1,
-            ids: ids.clone(),
-            deltas: Vec::new(),
-            foreign: false,
+            ids,
+            deltas,
+            foreign,
         };
         file.append(&rec)?;
+        let RecordRef::Merge { ids, deltas, .. } = rec else {
+            return Err(Error::corrupt("merge record changed kind"));
+        };
+        self.apply(deltas);
         self.processed.extend(ids);
         self.version += 1;
+        self.own_only &= !foreign;
         Ok(())
     }
 
