@@ -24,6 +24,17 @@ pub const SLOTS_PER_BLOCK: usize = 25;
 /// Bytes of block header before the first slot.
 pub const HEADER_SIZE: usize = BLOCK_SIZE - SLOTS_PER_BLOCK * SLOT_SIZE;
 
+/// The 64-byte lines (bit `k`: bytes `64k..64k+64`) that writing slot `i`
+/// may change: the header's (CRC, bitmap, fingerprints) and the slot's.
+pub fn slot_lines(i: usize) -> u64 {
+    let bits = |start: usize, end: usize| -> u64 {
+        let (first, last) = (start / 64, (end - 1) / 64);
+        (first..=last.min(63)).fold(0, |m, k| m | 1 << k)
+    };
+    let o = HEADER_SIZE + i.min(SLOTS_PER_BLOCK - 1) * SLOT_SIZE;
+    bits(0, HEADER_SIZE) | bits(o, o + SLOT_SIZE)
+}
+
 /// Kind byte of a block in the primary partition.
 pub const KIND_PRIMARY: u8 = 0xB1;
 /// Kind byte of a block in the secondary partition.

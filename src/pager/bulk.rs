@@ -69,6 +69,7 @@ impl Pager {
                 self.file.block(n)?.into()
             };
             self.overlay.insert(n, copy);
+            self.lines.remove(&n);
             if let Some(order) = self.bulk.as_mut() {
                 order.push(n);
             }
@@ -94,6 +95,7 @@ impl Pager {
             run.clear();
             let mut next = start;
             while i < order.len() && order[i] == next {
+                self.lines.remove(&next);
                 match self.overlay.remove(&next) {
                     Some(img) => run.extend_from_slice(&img),
                     None => {
@@ -129,6 +131,7 @@ impl Pager {
     /// (reads see the file, as the reopen will) and the handle is poisoned.
     pub fn abort_bulk(&mut self) {
         self.overlay.clear();
+        self.lines.clear();
         self.bulk = None;
         self.poisoned = true;
     }

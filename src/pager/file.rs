@@ -355,10 +355,21 @@ impl MappedFile {
     /// page cache is shared, so the map sees it, and a clean page costs no
     /// write-protect fault.
     pub fn write_block(&mut self, n: u64, img: &[u8]) -> Result<()> {
+        if img.len() != BLOCK_SIZE {
+            return Err(Error::corrupt(format!(
+                "block {n}: an image of {} bytes",
+                img.len()
+            )));
+        }
+        self.write_block_part(n, 0, img)
+    }
+
+    /// Writes `data` at byte `at` of block `n` with a positioned write.
+    pub fn write_block_part(&mut self, n: u64, at: usize, data: &[u8]) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let start = n
             .checked_mul(BLOCK_SIZE as u64)
-            .filter(|s| s + BLOCK_SIZE as u64 <= self.len && img.len() == BLOCK_SIZE)
+            .filter(|s| s + BLOCK_SIZE as u64 <= self.len && at + data.len() <= BLOCK_SIZE)
             .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
         if self.in_hole(n) {
             self.reserve(start, BLOCK_SIZE as u64)?;
@@ -367,7 +378,7 @@ impl MappedFile {
             return Err(Error::ReadOnly);
         }
         self.file
-            .write_all_at(img, start)
+            .write_all_at(data, start + at as u64)
             .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 

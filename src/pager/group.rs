@@ -21,8 +21,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Block images by block number.
-pub(super) type Blocks = Vec<(u64, Arc<[u8]>)>;
+/// Block images by block number, each with the 64-byte lines in which it
+/// may differ from the store file's copy (see `Staged::lines`).
+pub(super) type Blocks = Vec<(u64, Arc<[u8]>, u64)>;
 
 /// One block staged: its image and, when the journal's round already holds
 /// an image of the block, the delta from its previous version.
@@ -30,6 +31,9 @@ pub(super) struct Staged {
     pub n: u64,
     pub image: Arc<[u8]>,
     pub delta: Option<Vec<u8>>,
+    /// The lines (one bit per 64 bytes) in which the image may differ from
+    /// the store file's copy once the block's earlier stages are applied.
+    pub lines: u64,
 }
 
 /// Stage numbers and blocks staged, not yet written to the journal.
@@ -123,9 +127,10 @@ impl Group {
         for (_, blocks) in batch {
             for b in blocks {
                 let n = b.n;
-                if last.insert(n, b).is_some() {
+                if let Some(before) = last.insert(n, b) {
                     if let Some(b) = last.get_mut(&n) {
                         b.delta = None;
+                        b.lines |= before.lines;
                     }
                 }
             }
@@ -136,7 +141,10 @@ impl Group {
         }
         self.note_len(&s);
         s.durable = top;
-        let merged: Blocks = last.into_values().map(|b| (b.n, b.image)).collect();
+        let merged: Blocks = last
+            .into_values()
+            .map(|b| (b.n, b.image, b.lines))
+            .collect();
         guard(&self.done).push((top, merged));
         self.hook(SyncPoint::JournalSynced);
         Ok(())

@@ -53,6 +53,10 @@ pub struct Pager {
     /// Private copies of blocks changed and not yet in the store file
     /// (journaled modes): reads and writes see them first.
     overlay: HashMap<u64, Arc<[u8]>>,
+    /// For an overlay block, the 64-byte lines (one bit each) in which it
+    /// may differ from the store file's copy it was made from; a block
+    /// with no entry may differ anywhere. A delta compares only these.
+    lines: HashMap<u64, u64>,
     /// Buffers of private copies no longer used, for the next ones (a
     /// durable server allocated and freed one per block it wrote).
     spare: Vec<Arc<[u8]>>,
@@ -103,6 +107,7 @@ impl Pager {
             #[cfg(test)]
             moving: None,
             overlay: HashMap::new(),
+            lines: HashMap::new(),
             spare: Vec::new(),
             dirty: HashSet::new(),
             staged_in: HashMap::new(),

@@ -3,6 +3,7 @@
 use super::commit::Durability;
 use super::Pager;
 use crate::error::Result;
+use crate::format::block::slot_lines;
 use crate::format::{
     BlockMut, Intent, SlotAddr, SlotBytes, Superblock, BLOCK_SIZE, INTENT_BLOCK, INTENT_LEN,
     SUPERBLOCK_BLOCK,
@@ -55,7 +56,7 @@ impl Pager {
         tfp: u8,
     ) -> Result<()> {
         self.tick()?;
-        let raw = self.block_for_write(addr.block)?;
+        let raw = self.block_for_write_lines(addr.block, slot_lines(addr.slot as usize))?;
         let mut b = BlockMut(raw);
         if b.as_ref().is_unwritten() {
             b.set_identity(id.kind, id.owner, id.ordinal);
@@ -86,7 +87,7 @@ impl Pager {
     /// Empties slot `addr` (its block was read, and its CRC checked, before).
     pub fn clear_slot(&mut self, addr: SlotAddr) -> Result<()> {
         self.tick()?;
-        let raw = self.block_for_write(addr.block)?;
+        let raw = self.block_for_write_lines(addr.block, slot_lines(addr.slot as usize))?;
         BlockMut(raw).clear_resealed(addr.slot as usize);
         Ok(())
     }
