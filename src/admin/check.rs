@@ -18,6 +18,9 @@ pub struct CheckReport {
     pub object_tags: u64,
     /// Tags found in the subject half.
     pub subject_tags: u64,
+    /// Distinct tags found: the object half's, and in a half-only store
+    /// also those held only in the subject half.
+    pub tags: u64,
     /// One line per fault, naming the block or bucket.
     pub faults: Vec<String>,
     /// Things worth knowing that are not faults (stale temporaries found or removed).
@@ -179,6 +182,14 @@ impl Store {
             }
         }
         let half_only = st.half_only();
+        r.tags = if half_only {
+            let mut all: Vec<_> = hashes[0].iter().chain(&hashes[1]).copied().collect();
+            all.sort_unstable();
+            all.dedup();
+            all.len() as u64
+        } else {
+            r.object_tags
+        };
         if !half_only && hashes[0] != hashes[1] {
             r.fault(format!(
                 "the halves differ: {} tags indexed by object, {} by subject, or the same count of different tags",

@@ -27,8 +27,11 @@ pub struct Growth {
 /// Layout statistics of a store.
 #[derive(Clone, Debug, Serialize)]
 pub struct Stats {
-    /// Tags stored (each counted once, though stored twice).
+    /// Tags stored (each counted once, though stored twice); in a
+    /// half-only store, the halves stored.
     pub tags: u64,
+    /// The store keeps only the halves written to it (`serve --half-only`).
+    pub half_only: bool,
     /// Geometry now (format 2: primary buckets per half grow by splits).
     pub geometry: Geometry,
     /// Growth state: format version, level, split pointer, segments.
@@ -131,6 +134,7 @@ impl Store {
         }
         Ok(Stats {
             tags,
+            half_only: st.half_only(),
             geometry: geo.geometry(),
             growth: Growth {
                 format_version: geo.version,

@@ -10,7 +10,7 @@ use super::state::State;
 use super::{Reading, Store};
 use crate::error::{Error, Result};
 use crate::format::tag::decode;
-use crate::format::{place, prefetch, BlockRef, Half, Tag};
+use crate::format::{place, prefetch, BlockRef, Half, SlotBytes, Tag};
 use crate::index::ChainWalk;
 use std::collections::VecDeque;
 
@@ -178,6 +178,9 @@ pub struct Tags<'s> {
     walk: ChainWalk,
     /// The subject half, walked after the object half (half-only stores).
     then: Option<ChainWalk>,
+    /// Walking the subject half of a half-only store: a tag whose object
+    /// half is stored too was returned already and is skipped.
+    skip_object_held: bool,
     buf: VecDeque<Tag>,
     failed: bool,
 }
@@ -193,6 +196,7 @@ impl Iterator for Tags<'_> {
             if self.walk.done() {
                 if let Some(w) = self.then.take() {
                     self.walk = w;
+                    self.skip_object_held = true;
                 }
             }
             if self.failed || self.walk.done() {
@@ -206,7 +210,14 @@ impl Iterator for Tags<'_> {
                     };
                     let blk = st.pager.block(b)?;
                     for i in blk.occupied_slots() {
-                        let v = decode(blk.slot(i)).ok_or_else(|| bad_slot(b, i))?;
+                        let raw = blk.slot(i);
+                        let v = decode(raw).ok_or_else(|| bad_slot(b, i))?;
+                        if self.skip_object_held {
+                            let slot: &SlotBytes = raw.try_into().map_err(|_| bad_slot(b, i))?;
+                            if st.contains(slot, Half::Object)? {
+                                continue;
+                            }
+                        }
                         self.buf.push_back(v.to_tag());
                     }
                 }
@@ -311,8 +322,9 @@ impl Store {
 
     /// Streams every stored tag exactly once.
     ///
-    /// In a half-only store: the object half's tags, then the subject
-    /// half's (a tag stored in both halves comes twice).
+    /// In a half-only store: the object half's tags, then those of the
+    /// subject half whose object half is not stored (a tag stored in both
+    /// halves comes once).
     pub fn tags(&self) -> Tags<'_> {
         let half_only = self.read().half_only();
         let mut t = self.half_tags(Half::Object);
@@ -332,6 +344,7 @@ impl Store {
             _reading: reading,
             walk: ChainWalk::every(first, end, step, None),
             then: None,
+            skip_object_held: false,
             buf: VecDeque::new(),
             failed: false,
         }

@@ -488,7 +488,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                     "{}: {} blocks checked, {} tags, {} faults",
                     store.display(),
                     r.blocks_checked,
-                    r.object_tags,
+                    r.tags,
                     r.faults.len()
                 );
             }
@@ -668,7 +668,15 @@ fn print_maintain(out: &mut Out, r: &tagstore::MaintainReport) {
 /// The text form of `stats`.
 fn print_stats(out: &mut Out, s: &tagstore::Stats) {
     let g = &s.geometry;
-    say!(out, "tags                     {}", s.tags);
+    if s.half_only {
+        say!(
+            out,
+            "tags                     {} halves (a half-only store counts each half it holds)",
+            s.tags
+        );
+    } else {
+        say!(out, "tags                     {}", s.tags);
+    }
     say!(
         out,
         "geometry                 {} primary buckets per half x {} blocks; secondary buckets of {} blocks",
