@@ -94,14 +94,22 @@ fn agree(s: &Store, m: &Model, when: &str) {
     // halves came twice before: `export` printed it twice).
     let listed: Vec<Tag> = s.tags().collect::<Result<_, _>>().expect("tags");
     let want: BTreeSet<Tag> = m.iter().map(|(_, t)| t.clone()).collect();
-    assert_eq!(listed.len(), want.len(), "{when}: tags() listed a tag twice");
+    assert_eq!(
+        listed.len(),
+        want.len(),
+        "{when}: tags() listed a tag twice"
+    );
     assert_eq!(
         listed.into_iter().collect::<BTreeSet<_>>(),
         want,
         "{when}: tags()"
     );
     assert_eq!(r.tags, want.len() as u64, "{when}: check's distinct tags");
-    assert_eq!(r.object_tags + r.subject_tags, m.len() as u64, "{when}: halves");
+    assert_eq!(
+        r.object_tags + r.subject_tags,
+        m.len() as u64,
+        "{when}: halves"
+    );
 }
 
 #[test]

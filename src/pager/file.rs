@@ -578,6 +578,33 @@ impl MappedFile {
         use std::os::unix::fs::MetadataExt;
         self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
     }
+
+    /// The first block at or after `b` that may hold data, and the block
+    /// after the data run it starts (`SEEK_DATA`, `SEEK_HOLE`): the blocks
+    /// between `b` and it lie in a hole and read as zeros. `None` past the
+    /// last data. Where the filesystem cannot say, every block may hold data.
+    pub fn next_data_run(&self, b: u64) -> Option<(u64, u64)> {
+        use std::os::fd::AsRawFd;
+        let bs = BLOCK_SIZE as u64;
+        let (off, blocks) = (b.checked_mul(bs)?, self.len / bs);
+        if b >= blocks {
+            return None;
+        }
+        let fd = self.file.as_raw_fd();
+        // SAFETY: lseek on an fd we own, at an offset inside the file.
+        let data = unsafe { libc::lseek(fd, off as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            return match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::ENXIO) => None,
+                _ => Some((b, blocks)),
+            };
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let end = if hole <= data { self.len } else { hole as u64 };
+        // A block partly in data counts as data.
+        Some(((data as u64 / bs).max(b), end.div_ceil(bs).min(blocks)))
+    }
 }
 
 /// Reads blocks in ascending order with large positioned reads: a whole-file
@@ -591,6 +618,9 @@ pub struct SeqReader<'a> {
     overlay: Option<&'a HashMap<u64, Arc<[u8]>>>,
     /// Blocks past the file's end up to here read as zeros (never written).
     blocks: u64,
+    /// Blocks known to lie in a hole of the sparse file: served as zeros
+    /// without a read (a pre-sized store is mostly holes).
+    hole: std::ops::Range<u64>,
 }
 
 /// A never-written block.
@@ -609,6 +639,7 @@ impl<'a> SeqReader<'a> {
             n: 0,
             overlay: None,
             blocks: 0,
+            hole: 0..0,
         }
     }
 
@@ -633,6 +664,9 @@ impl<'a> SeqReader<'a> {
         if b >= self.file.len() / BLOCK_SIZE as u64 && b < self.blocks {
             return Ok(&ZERO_BLOCK);
         }
+        if self.hole.contains(&b) {
+            return Ok(&ZERO_BLOCK);
+        }
         if b < self.start || b >= self.start + self.n {
             let total = self.file.len() / BLOCK_SIZE as u64;
             if b >= total {
@@ -640,7 +674,12 @@ impl<'a> SeqReader<'a> {
                     "block {b} lies past the end of the file"
                 )));
             }
-            let n = Self::CHUNK.min(total - b);
+            let (data, data_end) = self.file.next_data_run(b).unwrap_or((total, total));
+            if data > b {
+                self.hole = b..data;
+                return Ok(&ZERO_BLOCK);
+            }
+            let n = Self::CHUNK.min(data_end.max(b + 1) - b).min(total - b);
             self.buf.resize((n as usize) * BLOCK_SIZE, 0);
             self.file.read_at(b * BLOCK_SIZE as u64, &mut self.buf)?;
             self.start = b;

@@ -143,6 +143,14 @@ impl Pager {
         self.file.block(n)
     }
 
+    /// Blocks held in memory only (private copies, or recovered images),
+    /// in ascending order.
+    pub fn memory_blocks(&self) -> Vec<u64> {
+        let mut v: Vec<u64> = self.overlay.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
     /// A sequential reader over every block (table rebuilds).
     pub fn seq_reader(&self) -> SeqReader<'_> {
         SeqReader::with_overlay(&self.file, &self.overlay, self.virtual_blocks)
