@@ -146,6 +146,31 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     }
 }
 
+/// Where a new store named `path` goes: a symlink is followed (through a
+/// chain of them) to the path it names, even when nothing is there yet, so
+/// a store created through a dangling link lies where the link points and
+/// later opens through the link find it.
+pub fn resolve_new(path: &Path) -> Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let to = std::fs::read_link(&p)
+                    .map_err(|e| Error::io(format!("reading symlink {}", p.display()), e))?;
+                p = match p.parent() {
+                    Some(dir) if to.is_relative() => dir.join(to),
+                    _ => to,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(Error::io(
+        format!("resolving symlink {}", path.display()),
+        std::io::Error::from_raw_os_error(libc::ELOOP),
+    ))
+}
+
 /// Temporaries an interrupted run can leave beside a store: a counts
 /// rewrite, a maintenance rewrite and that rewrite's own side files.
 pub fn temporaries(store: &Path) -> Vec<PathBuf> {

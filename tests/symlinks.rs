@@ -6,8 +6,8 @@
 //! when the link is relative and lies in another directory, or is a chain
 //! of links; `Store::maintain` and `tagstore maintain` through the link
 //! rewrite the target and leave the link a link; a dangling link is
-//! `Error::NotFound` (and a CLI error), and a link loop is an error, not a
-//! hang.
+//! `Error::NotFound` (and a CLI error) to an open, and `create` through it
+//! makes the store at its target; a link loop is an error, not a hang.
 //!
 //! Tests run one at a time (`serial()`): a store held open by the library in
 //! one test thread could be inherited, still locked, by a CLI child forked
@@ -374,6 +374,46 @@ fn dangling_link_is_not_found() {
     assert!(!missing.exists(), "the link's target was created");
     assert_symlink(&link, "the dangling link was replaced");
     assert_names(dir.path(), &["dangling.tags"], "files were created");
+}
+
+/// Regression: `find` through a dangling link advised `tagstore create
+/// LINK`, and `create LINK` then refused with "file already exists". A
+/// create through a dangling link (CLI and library, also through a chain)
+/// makes the store where the link points, with its side files there, and
+/// opens through the link then find it; a create through a link loop fails.
+#[test]
+fn create_through_a_dangling_link_makes_the_store_at_its_target() {
+    let (_serial, dir, link, target) = alone_with_link("dangling.tags", "gone.tags");
+    let out = cli(&["create", s(&link)]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_symlink(&link, "create replaced the link");
+    assert!(target.is_file(), "no store at the link's target");
+    assert_side_beside_target(counts_path, &target, &link, "counts");
+    let out = cli(&["insert", s(&link), "a", "b", "c"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(contents(&target), [Tag::new("a", "b", "c")].into_iter().collect());
+
+    // The library too, through a chain of two links, the first relative.
+    let second = dir.path().join("second.tags");
+    let far = dir.path().join("far.tags");
+    symlink(&far, &second).expect("symlink");
+    let first = dir.path().join("first.tags");
+    symlink("second.tags", &first).expect("symlink");
+    let store = Store::create(&first, &tagstore::CreateOptions::default()).expect("create");
+    assert!(store.insert(&Tag::new("x", "y", "z")).expect("insert"));
+    store.close().expect("close");
+    assert!(far.is_file(), "no store at the end of the chain");
+    assert_eq!(contents(&first), [Tag::new("x", "y", "z")].into_iter().collect());
+    assert_symlink(&first, "first link");
+    assert_symlink(&second, "second link");
+
+    // A loop is an error, and creates nothing.
+    let (l1, l2) = (dir.path().join("loop1.tags"), dir.path().join("loop2.tags"));
+    symlink(&l2, &l1).expect("symlink");
+    symlink(&l1, &l2).expect("symlink");
+    assert!(Store::create(&l1, &tagstore::CreateOptions::default()).is_err());
+    let out = cli(&["create", s(&l1)]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
 }
 
 /// Issue: a symlink loop must fail with an error at once, never hang or

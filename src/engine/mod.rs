@@ -121,6 +121,7 @@ impl Store {
             None => random_u64()?,
         };
         let layout = layout(geometry);
+        let path = &crate::side::resolve_new(path)?;
         let file = MappedFile::create(path, layout.file_len(0))?;
         Self::create_in(file, path, layout, seed, flags)
     }
