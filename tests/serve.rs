@@ -545,6 +545,16 @@ fn auth_gates_every_command() {
     many.extend(std::iter::repeat_n("x", 11));
     assert!(c.call(&many).err_text().contains("Protocol error"));
     assert!(c.closed());
+    // ... and to 16 KiB, and the error names that limit, not
+    // --max-request-bytes (it did).
+    let mut c = srv.client();
+    let long = "p".repeat(20_000);
+    let e = c.call(&["AUTH", &long]);
+    assert!(
+        e.err_text()
+            .contains("larger than the limit before AUTH (16384 bytes)"),
+        "{e:?}"
+    );
     let mut c = srv.client();
     assert_eq!(c.call(&["AUTH", "s3cret"]), R::Simple("OK".into()));
     assert_eq!(c.call(&["SADD", "o:1:r:x", "y"]), R::Int(1));

@@ -391,7 +391,10 @@ fn create_through_a_dangling_link_makes_the_store_at_its_target() {
     assert_side_beside_target(counts_path, &target, &link, "counts");
     let out = cli(&["insert", s(&link), "a", "b", "c"]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
-    assert_eq!(contents(&target), [Tag::new("a", "b", "c")].into_iter().collect());
+    assert_eq!(
+        contents(&target),
+        [Tag::new("a", "b", "c")].into_iter().collect()
+    );
 
     // The library too, through a chain of two links, the first relative.
     let second = dir.path().join("second.tags");
@@ -403,7 +406,10 @@ fn create_through_a_dangling_link_makes_the_store_at_its_target() {
     assert!(store.insert(&Tag::new("x", "y", "z")).expect("insert"));
     store.close().expect("close");
     assert!(far.is_file(), "no store at the end of the chain");
-    assert_eq!(contents(&first), [Tag::new("x", "y", "z")].into_iter().collect());
+    assert_eq!(
+        contents(&first),
+        [Tag::new("x", "y", "z")].into_iter().collect()
+    );
     assert_symlink(&first, "first link");
     assert_symlink(&second, "second link");
 

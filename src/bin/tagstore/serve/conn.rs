@@ -19,6 +19,7 @@ pub const FLUSH_AT: usize = 1 << 20;
 const BEFORE_AUTH: Limits = Limits {
     max_request_bytes: 16 * 1024,
     max_args: 10,
+    name: "the limit before AUTH",
 };
 
 /// A client's connection and its buffers.

@@ -110,6 +110,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         limits: resp::Limits {
             max_request_bytes: usize::try_from(a.max_request_bytes).unwrap_or(usize::MAX),
             max_args: MAX_ARGS,
+            name: "--max-request-bytes",
         },
         commit: !matches!(a.durability, DurabilityArg::None),
         max_clients: usize::try_from(a.max_clients).unwrap_or(usize::MAX),

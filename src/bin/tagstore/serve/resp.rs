@@ -19,6 +19,8 @@ pub struct Limits {
     pub max_request_bytes: usize,
     /// Arguments of one request, the command name included.
     pub max_args: usize,
+    /// The limit's name in error messages.
+    pub name: &'static str,
 }
 
 /// What the front of the buffer holds.
@@ -193,8 +195,8 @@ fn bulks(buf: &[u8], lim: &Limits, p: &mut Progress, count: u64) -> Result<Parse
 
 fn too_big(lim: &Limits) -> String {
     format!(
-        "Protocol error: request larger than --max-request-bytes ({} bytes)",
-        lim.max_request_bytes
+        "Protocol error: request larger than {} ({} bytes)",
+        lim.name, lim.max_request_bytes
     )
 }
 

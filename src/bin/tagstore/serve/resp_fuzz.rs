@@ -8,6 +8,7 @@ use proptest::prelude::*;
 const LIM: Limits = Limits {
     max_request_bytes: 1 << 20,
     max_args: 1000,
+    name: "--max-request-bytes",
 };
 
 /// Parses `buf` to its end: each step must consume bytes or stop.
@@ -48,7 +49,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..300)) {
         let _ = parse_all(&bytes, &LIM);
-        let tight = Limits { max_request_bytes: 64, max_args: 3 };
+        let tight = Limits { max_request_bytes: 64, max_args: 3, name: "the test limit" };
         let _ = parse_all(&bytes, &tight);
     }
 
@@ -179,6 +180,7 @@ fn limits_are_checked_before_the_body_arrives() {
     let lim = Limits {
         max_request_bytes: 100,
         max_args: 4,
+        name: "--max-request-bytes",
     };
     // The header alone announces too much: an error now, not Incomplete.
     assert!(parse(b"*3\r\n$3\r\nSET\r\n$1000\r\n", &lim).is_err());
