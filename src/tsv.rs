@@ -26,25 +26,71 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// Undoes [`escape`]; names the bad sequence on error.
+/// The escapes [`unescape`] knows, for its error messages.
+const KNOWN: &str = "\\b \\f \\n \\r \\t \\v \\\\, octal \\NNN, hex \\xHH";
+
+/// Undoes [`escape`], and reads every escape of PostgreSQL's COPY text
+/// format that can stand for text: `\b \f \n \r \t \v \\`, one to three
+/// octal digits and `\x` with one or two hex digits (a byte each; the
+/// bytes must make UTF-8). Names the bad sequence on error: `\N` (COPY's
+/// NULL) and a backslash before any other character are refused.
 pub fn unescape(s: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c != '\\' {
-            out.push(c);
+    if !s.contains('\\') {
+        return Ok(s.to_owned());
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    // Up to `max` digits of `radix` from `i` on, as one byte (PostgreSQL
+    // keeps the low eight bits of an octal value).
+    let digits = |i: &mut usize, radix: u32, max: usize| -> Option<u8> {
+        let mut v: u32 = 0;
+        let mut n = 0;
+        while n < max {
+            let Some(d) = b.get(*i).and_then(|&c| char::from(c).to_digit(radix)) else {
+                break;
+            };
+            v = v * radix + d;
+            *i += 1;
+            n += 1;
+        }
+        (n > 0).then_some((v & 0xFF) as u8)
+    };
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
             continue;
         }
-        match it.next() {
-            Some('\\') => out.push('\\'),
-            Some('t') => out.push('\t'),
-            Some('n') => out.push('\n'),
-            Some('r') => out.push('\r'),
-            Some(o) => return Err(format!("unknown escape \\{o} (known: \\t \\n \\r \\\\)")),
-            None => return Err("line ends in a lone backslash".into()),
-        }
+        i += 1;
+        let Some(&e) = b.get(i) else {
+            return Err(format!(
+                "field ends in a lone backslash (write \\\\ for a backslash; known escapes: {KNOWN})"
+            ));
+        };
+        i += 1;
+        out.push(match e {
+            b'\\' => b'\\',
+            b't' => b'\t',
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b'b' => 0x08,
+            b'f' => 0x0C,
+            b'v' => 0x0B,
+            b'0'..=b'7' => {
+                i -= 1;
+                digits(&mut i, 8, 3).unwrap_or(0)
+            }
+            b'x' => digits(&mut i, 16, 2)
+                .ok_or_else(|| "\\x needs one or two hex digits".to_string())?,
+            b'N' => return Err("\\N (NULL in PostgreSQL COPY) is not text a tag can hold".into()),
+            _ => {
+                let c = s[i - 1..].chars().next().unwrap_or('?');
+                return Err(format!("unknown escape \\{c} (known: {KNOWN})"));
+            }
+        });
     }
-    Ok(out)
+    String::from_utf8(out).map_err(|_| "escaped bytes do not make valid UTF-8".to_string())
 }
 
 /// Formats a tag as one TSV line (without the newline).
@@ -72,10 +118,11 @@ pub fn parse_line(line: &str) -> Result<Tag, String> {
             fields.len()
         ));
     }
+    let field = |i: usize, name: &str| unescape(fields[i]).map_err(|e| format!("{name}: {e}"));
     Ok(Tag::new(
-        unescape(fields[0])?,
-        unescape(fields[1])?,
-        unescape(fields[2])?,
+        field(0, "object")?,
+        field(1, "relationship")?,
+        field(2, "subject")?,
     ))
 }
 
@@ -113,7 +160,6 @@ impl<R: BufRead> LineReader<R> {
     /// reader is mid-line and should not be read further.
     pub fn next_line(&mut self) -> Result<Option<&[u8]>, LineError> {
         let first = self.line_no == 0;
-        let limit = MAX_LINE_BYTES + if first { BOM.len() } else { 0 };
         self.buf.clear();
         loop {
             let avail = match self.inner.fill_buf() {
@@ -131,6 +177,14 @@ impl<R: BufRead> LineReader<R> {
                 Some(i) => (i + 1, true),
                 None => (avail.len(), false),
             };
+            // A byte order mark opening the input is not part of the line.
+            let head = if self.buf.is_empty() {
+                avail
+            } else {
+                &self.buf
+            };
+            let bom = first && head.starts_with(BOM.as_bytes());
+            let limit = MAX_LINE_BYTES + if bom { BOM.len() } else { 0 };
             if self.buf.len() + take > limit {
                 self.line_no += 1;
                 return Err(LineError::TooLong);
@@ -228,5 +282,51 @@ mod tests {
             vec![ok("a"), Err("TooLong at 2".into())]
         );
         assert_eq!(MAX_LINE_BYTES, 316);
+        // The allowance for a byte order mark is only for a line that has
+        // one: 317 bytes without it are too long (they were accepted).
+        let first_over = "x".repeat(MAX_LINE_BYTES) + "\n";
+        assert_eq!(
+            lines(first_over.as_bytes()),
+            vec![Err("TooLong at 1".into())]
+        );
+        let with_bom = format!("{BOM}{}", "x".repeat(MAX_LINE_BYTES - 1));
+        assert_eq!(lines(with_bom.as_bytes()).len(), 1);
+        assert!(lines(with_bom.as_bytes())[0].is_ok());
+    }
+
+    /// PostgreSQL COPY's text escapes are read (a dump made by `COPY TO`
+    /// loads), each a byte; what COPY's NULL, an unknown escape or bytes
+    /// that are not UTF-8 would need is refused with a reason.
+    #[test]
+    fn copy_escapes() {
+        let ok = |s: &str| unescape(s).expect(s);
+        assert_eq!(ok(r"a\bb\fc\vd"), "a\u{8}b\u{c}c\u{b}d");
+        assert_eq!(ok(r"\t\n\r\\"), "\t\n\r\\");
+        assert_eq!(ok(r"caf\303\251"), "café");
+        assert_eq!(ok(r"caf\xc3\xA9"), "café");
+        assert_eq!(ok(r"\0\11\1010"), "\0\tA0");
+        assert_eq!(ok(r"\x41\x4g"), "A\u{4}g");
+        assert_eq!(ok("plain ünïcode"), "plain ünïcode");
+        for (bad, why) in [
+            (r"\N", "NULL"),
+            (r"a\q", "unknown escape \\q"),
+            (r"a\é", "unknown escape \\é"),
+            (r"\xg", "hex digits"),
+            (r"\377", "UTF-8"),
+            (r"\xc3", "UTF-8"),
+            ("end\\", "lone backslash"),
+        ] {
+            let e = unescape(bad).expect_err(bad);
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        // The field is named: a backslash before a tab ends the object.
+        let e = parse_line("a\\\tr\tb").expect_err("lone");
+        assert!(
+            e.starts_with("object: field ends in a lone backslash"),
+            "{e}"
+        );
+        // Whatever `escape` writes reads back.
+        let s = "\u{8}\u{c}\u{b}\\\t\n\r x";
+        assert_eq!(ok(&escape(s)), s);
     }
 }

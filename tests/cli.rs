@@ -515,12 +515,13 @@ fn load_with_bad_line(good: usize, bad: &[u8], label: &str) {
 
 #[test]
 fn malformed_lines_stop_the_load() {
-    let cases: [(&str, &[u8]); 8] = [
+    let cases: [(&str, &[u8]); 9] = [
         ("two fields", b"only\ttwo"),
         ("four fields", b"a\tb\tc\td"),
         ("one field", b"no tabs at all"),
         ("blank line", b""),
-        ("unknown escape", b"bad\\xescape\tisa\tthing"),
+        ("unknown escape", b"bad\\qescape\tisa\tthing"),
+        ("COPY's NULL", b"\\N\tisa\tthing"),
         ("lone trailing backslash", b"a\tb\tends with\\"),
         ("invalid UTF-8", b"caf\xe9\tisa\tlatin1"),
         ("truncated UTF-8", b"ok\tisa\t\xe6\x97"),
