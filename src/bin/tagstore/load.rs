@@ -158,8 +158,8 @@ fn read_and_apply<R: io::BufRead>(
             ),
             Err(LineError::TooLong) => Some(Err(format!(
                 "line is longer than {MAX_LINE_BYTES} bytes, more than any tag can need \
-                 ({MAX_TAG_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n); \
-                 the rest of it was not read"
+                 ({MAX_TAG_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n; \
+                 write bytes as UTF-8, not as octal or hex escapes); the rest of it was not read"
             ))),
             Err(LineError::Io(e)) => Some(Err(format!("reading: {e}"))),
         };
