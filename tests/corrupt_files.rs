@@ -338,6 +338,70 @@ fn newer_format_version_is_unsupported() {
     assert_eq!(all_tags(&s).expect("tags"), tags);
 }
 
+/// Regression: a format-2 superblock relabelled format 1 (its CRC made
+/// valid) opened, and a FIND then read the wrong buckets (no results) and
+/// an INSERT wrote into them; flag bits no format defines were accepted.
+/// Both are refused as corruption, and the file is left as it was.
+#[test]
+fn crafted_superblock_fields_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("craft.tags");
+    let tags = sample_tags();
+    let s = Store::create(&path, &CreateOptions::default()).expect("create");
+    for t in &tags {
+        assert!(s.insert(t).expect("insert"));
+    }
+    s.close().expect("close");
+    let orig = std::fs::read(&path).expect("read");
+    let v = u32::from_le_bytes(orig[SB_VERSION..SB_VERSION + 4].try_into().expect("4"));
+    assert_eq!(v, 2, "the test store is format 2");
+    // The format-1 fixture's reserved bytes are zero: it still opens.
+    let v1 = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/format-v1.tags"
+    ))
+    .expect("fixture");
+    assert!(v1[76..4092].iter().all(|&b| b == 0));
+    let craft = |at: usize, bytes: &[u8]| {
+        let mut img = orig.clone();
+        img[at..at + bytes.len()].copy_from_slice(bytes);
+        put_crc(&mut img);
+        img
+    };
+    for (what, img) in [
+        (
+            "format 2 relabelled 1",
+            craft(SB_VERSION, &1u32.to_le_bytes()),
+        ),
+        ("every flag bit", craft(36, &u32::MAX.to_le_bytes())),
+        ("flag bit 2", craft(36, &5u32.to_le_bytes())),
+        ("a reserved byte", craft(2000, &[1])),
+    ] {
+        std::fs::write(&path, &img).expect("write");
+        for ro in [false, true] {
+            let r = no_panic(what, || {
+                if ro {
+                    Store::open_read_only(&path)
+                } else {
+                    Store::open(&path)
+                }
+            });
+            match r {
+                Err(Error::Corrupt(m)) => assert!(m.contains("superblock"), "{what}: {m}"),
+                other => panic!("{what}: expected Corrupt, got {:?}", other.map(|_| ())),
+            }
+        }
+        assert_eq!(
+            std::fs::read(&path).expect("read"),
+            img,
+            "{what}: file changed"
+        );
+    }
+    std::fs::write(&path, &orig).expect("write");
+    let s = Store::open_read_only(&path).expect("open original");
+    assert_eq!(all_tags(&s).expect("tags"), tags);
+}
+
 #[test]
 fn truncated_store_is_an_error() {
     let (dir, _path, tags, orig) = build_store("full.tags");

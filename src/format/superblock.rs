@@ -24,6 +24,8 @@ pub const FLAG_HALF_ONLY: u32 = 2;
 
 /// Offset of the version-2 primary segment starts (32 × u64).
 const SEG_OFF: usize = 88;
+/// First byte after the segment starts: zero up to the CRC.
+const RESERVED_OFF: usize = SEG_OFF + 8 * MAX_SEGMENTS;
 /// Decoded superblock (block 0).
 #[derive(Clone, Debug)]
 pub struct Superblock {
@@ -116,6 +118,24 @@ impl Superblock {
         geometry
             .validate()
             .map_err(|e| Error::corrupt(format!("superblock geometry: {e}")))?;
+        let flags = rd32(b, 36);
+        let known = if version == 1 {
+            FLAG_CLEAN
+        } else {
+            FLAG_CLEAN | FLAG_HALF_ONLY
+        };
+        if flags & !known != 0 {
+            return Err(Error::corrupt(format!(
+                "superblock flags {flags:#x} set bits format {version} does not define"
+            )));
+        }
+        if b[RESERVED_OFF..BLOCK_SIZE - 4].iter().any(|&x| x != 0)
+            || (version == 1 && b[76..RESERVED_OFF].iter().any(|&x| x != 0))
+        {
+            return Err(Error::corrupt(format!(
+                "superblock bytes reserved in format {version} are not zero"
+            )));
+        }
         let layout = if version == 1 {
             Layout::v1(geometry)
         } else {
@@ -144,7 +164,7 @@ impl Superblock {
         Ok(Some(Superblock {
             layout,
             secondary_count: rd32(b, 32),
-            flags: rd32(b, 36),
+            flags,
             seed: rd64(b, 40),
             tag_count: rd64(b, 48),
             table_offset: rd64(b, 56),
