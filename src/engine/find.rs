@@ -324,7 +324,8 @@ impl Store {
     ///
     /// In a half-only store: the object half's tags, then those of the
     /// subject half whose object half is not stored (a tag stored in both
-    /// halves comes once).
+    /// halves comes once). There, a half written or deleted while the
+    /// iteration runs may make a tag come twice or not at all.
     pub fn tags(&self) -> Tags<'_> {
         let half_only = self.read().half_only();
         let mut t = self.half_tags(Half::Object);
