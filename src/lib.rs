@@ -58,6 +58,7 @@ pub use pager::{journal_path, Durability};
 /// `test-hooks` feature; not part of the stable API.
 #[cfg(feature = "test-hooks")]
 pub mod testing {
+    pub use crate::admin::planned_geometry;
     pub use crate::format::hash::{bucket_of, key_fp, key_hash, place, tag_fp, Place};
     pub use crate::format::tag::{decode, encode};
     pub use crate::format::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};

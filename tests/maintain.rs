@@ -8,7 +8,8 @@
 //!   close so that maintenance starts from an unclean store; the store
 //!   grows by splits as the tags arrive), then `maintain` with
 //!   `keep_geometry` (the bucket count the store has grown to), plain
-//!   `maintain` (re-sized: `Geometry::sized(live tags, ...)`) and `maintain`
+//!   `maintain` (re-sized: the geometry `planned_geometry` chooses for the
+//!   live tags, which the copy fills without splitting) and `maintain`
 //!   into a new geometry (fewer or more primary buckets, other bucket sizes;
 //!   a starting size too small for the tags splits while copying, and is
 //!   then only checked to have grown from it). After each run the tag set
@@ -71,7 +72,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use tagstore::maintain_temp_path as temp_path;
-use tagstore::testing::{bucket_of, key_hash};
+use tagstore::testing::{bucket_of, key_hash, planned_geometry};
 use tagstore::Half;
 mod common;
 
@@ -276,7 +277,8 @@ fn assert_rewrite(after: &Stats, model: &Model, seed: u64, start: &Geometry, wha
             && after.geometry.blocks_per_primary == start.blocks_per_primary
             && after.geometry.blocks_per_secondary == start.blocks_per_secondary
             && after.growth.base_buckets_per_half == start.primary_buckets_per_half
-            && model.len() as f64 + 1.0 > after.growth.split_fill * slots,
+            && model.len() as f64 + 1.0
+                > after.growth.split_fill * slots + after.growth.split_allowance as f64,
         "{what}: started at {start:?} for {} tags, now {:?} ({:?})",
         model.len(),
         after.geometry,
@@ -298,6 +300,17 @@ fn read_only_stats(path: &Path) -> Stats {
     Store::open_read_only(path)
         .and_then(|s| s.stats())
         .expect("stats")
+}
+
+/// The geometry a plain `maintain` of the store at `path` chooses.
+fn planned(path: &Path) -> Geometry {
+    planned_with(path, &MaintainOptions::default())
+}
+
+/// The geometry `maintain` with `o` (and no geometry) chooses.
+fn planned_with(path: &Path, o: &MaintainOptions) -> Geometry {
+    let s = Store::open_read_only(path).expect("open to plan");
+    planned_geometry(&s, o).expect("plan")
 }
 
 /// Runs `Store::maintain`, checking the progress calls: `total` is the tag
@@ -672,14 +685,14 @@ fn run_workload(w: &Workload) {
     }
     open_matches_model(&path, &model, &keys, "after maintain");
 
-    // Plain maintenance: re-sized for the live tags, bucket sizes kept.
-    let resize = Geometry::sized(
-        model.len() as u64,
-        grown.blocks_per_primary,
-        grown.blocks_per_secondary,
-    );
+    // Plain maintenance: re-sized for the live tags (the copy never splits).
+    let resize = planned(&path);
     let r = maintain_checked(&path, None, model.len() as u64, "maintain re-sizing");
     assert_eq!(r.before.geometry, grown, "re-size: report: geometry before");
+    assert_eq!(
+        r.after.geometry, resize,
+        "maintain re-sizing split while copying"
+    );
     assert_rewrite(&r.after, &model, w.hash_seed, &resize, "maintain re-sizing");
     let now = read_only_stats(&path);
     assert_rewrite(
@@ -980,17 +993,14 @@ fn delete_half_then_maintain_roughly_halves_the_file() {
     s.close().expect("close");
     assert_eq!(model.len(), 10_000);
 
+    let live = planned(&path);
     let r = maintain_checked(&path, None, model.len() as u64, "maintain after deletes");
     assert_eq!(
         r.before.geometry, loaded.geometry,
         "report: geometry before"
     );
     let now = read_only_stats(&path);
-    let live = Geometry::sized(
-        model.len() as u64,
-        loaded.geometry.blocks_per_primary,
-        loaded.geometry.blocks_per_secondary,
-    );
+    assert_eq!(now.geometry, live, "the copy split");
     assert_rewrite(&now, &model, 21, &live, "maintain after deletes");
     open_matches_model(&path, &model, &keys_of(&model), "after maintain");
     for (name, after, before) in [
@@ -1042,12 +1052,11 @@ fn keep_geometry_keeps_the_bucket_count() {
     let grown = s.geometry();
     s.close().expect("close");
     assert!(grown.primary_buckets_per_half > 1, "{grown:?}");
-    let shrunk = Geometry::sized(
-        model.len() as u64,
-        grown.blocks_per_primary,
-        grown.blocks_per_secondary,
+    let shrunk = planned(&path);
+    assert!(
+        shrunk.primary_buckets_per_half * shrunk.blocks_per_primary
+            < grown.primary_buckets_per_half * grown.blocks_per_primary
     );
-    assert!(shrunk.primary_buckets_per_half < grown.primary_buckets_per_half);
 
     let keep = MaintainOptions {
         keep_geometry: true,
@@ -1617,10 +1626,11 @@ fn sigkill_during_maintain_leaves_old_or_new_store() {
 
     // A complete plain run (re-sized for the live tags) after the kills
     // replaces any leftover temporary file.
+    let plain = planned(&path);
     let out = run_args(&[]).wait_with_output().expect("wait");
     assert!(out.status.success(), "{}", stderr_of(&out));
     assert!(!temp_path(&path).exists());
-    assert_eq!(verify("final run"), fit);
+    assert_eq!(verify("final run"), plain);
     assert_eq!(read_only_stats(&path).holes, 0);
 }
 
@@ -1663,6 +1673,7 @@ fn cli_prints_table_and_json() {
     let pre = read_only_stats(&path);
     assert!(pre.holes > 0);
     let n = model.len() as u64;
+    let sized_live = planned(&path);
 
     let out = cli(&["maintain", p]);
     assert!(out.status.success(), "{}", stderr_of(&out));
@@ -1701,12 +1712,7 @@ fn cli_prints_table_and_json() {
         rows["allocated bytes"],
         (pre.allocated_bytes, now.allocated_bytes)
     );
-    // Plain maintain re-sizes for the live tags, keeping the bucket sizes.
-    let sized_live = Geometry::sized(
-        n,
-        pre.geometry.blocks_per_primary,
-        pre.geometry.blocks_per_secondary,
-    );
+    // Plain maintain re-sizes for the live tags (the planned geometry).
     assert_eq!(
         now.geometry, sized_live,
         "plain maintain did not re-size for the live tags"
@@ -1731,7 +1737,7 @@ fn cli_prints_table_and_json() {
     assert_eq!(j["after"]["geometry"]["primary_buckets_per_half"], more);
     assert_eq!(
         j["after"]["geometry"]["blocks_per_primary"],
-        pre.geometry.blocks_per_primary
+        sized_live.blocks_per_primary
     );
     assert_eq!(
         j["before"]["geometry"]["primary_buckets_per_half"],
@@ -1761,14 +1767,23 @@ fn cli_prints_table_and_json() {
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let g = Geometry::sized(
         100_000,
-        pre.geometry.blocks_per_primary,
-        pre.geometry.blocks_per_secondary,
+        sized_live.blocks_per_primary,
+        sized_live.blocks_per_secondary,
     );
     assert_eq!(
         j["after"]["geometry"]["primary_buckets_per_half"],
         g.primary_buckets_per_half
     );
     assert_eq!(read_only_stats(&path).geometry, g);
+    let want = planned_with(
+        &path,
+        &MaintainOptions {
+            blocks_per_primary: Some(2),
+            blocks_per_secondary: Some(3),
+            ..Default::default()
+        },
+    );
+    assert_eq!((want.blocks_per_primary, want.blocks_per_secondary), (2, 3));
     let out = cli(&[
         "maintain",
         p,
@@ -1779,7 +1794,6 @@ fn cli_prints_table_and_json() {
         "3",
     ]);
     assert!(out.status.success(), "{}", stderr_of(&out));
-    let want = Geometry::sized(n, 2, 3);
     let now = read_only_stats(&path);
     assert_eq!(now.geometry, want);
     assert_dense(&now, &model, 11, &want, "CLI bucket sizes");

@@ -7,6 +7,7 @@
 //! tags; without it the rewrite fails with the filesystem's error and the old
 //! store is left untouched.
 
+use super::sizing::{self, Planner};
 use super::stats::Stats;
 use crate::counts::counts_path;
 use crate::engine::{CreateOptions, OpenOptions, Store};
@@ -21,9 +22,14 @@ use std::time::Instant;
 /// What [`Store::maintain`] should change besides compacting.
 #[derive(Clone, Debug, Default)]
 pub struct MaintainOptions {
-    /// New geometry to re-hash into; `None` sizes the store for its live
-    /// tags (or keeps the bucket count with `keep_geometry`).
+    /// New geometry to re-hash into; `None` chooses the bucket count and
+    /// sizes that make the smallest file for the live tags (or keeps the
+    /// bucket count with `keep_geometry`).
     pub geometry: Option<Geometry>,
+    /// With no `geometry`: keep primary buckets of this many blocks.
+    pub blocks_per_primary: Option<u32>,
+    /// With no `geometry`: use secondary buckets of this many blocks.
+    pub blocks_per_secondary: Option<u32>,
     /// With no `geometry`: keep the current bucket count instead of
     /// re-sizing for the live tags.
     pub keep_geometry: bool,
@@ -74,15 +80,16 @@ impl Store {
             before.allocated_bytes = m.blocks() * 512;
         }
         let cur = old.geometry();
+        let half_only = old.is_half_only();
         let geometry = match options.geometry {
             Some(g) => g,
             None if options.keep_geometry => cur,
-            None => Geometry::sized(old.len(), cur.blocks_per_primary, cur.blocks_per_secondary),
+            None => plan(&old, half_only, options)?,
         };
         geometry.validate_new()?;
+        let allowance = sizing::allowance(&geometry, old.len());
         let tmp = maintain_temp_path(path);
         remove_if_present(&tmp, "stale")?;
-        let half_only = old.is_half_only();
         let mut copy = || -> Result<()> {
             let create = |p: &Path, o: &CreateOptions| {
                 if half_only {
@@ -101,6 +108,9 @@ impl Store {
                     seed: Some(old.seed()),
                 },
             )?;
+            // Packed fuller than the split fill, the store must not split
+            // while the copy fills it, nor on the next few inserts.
+            new.set_split_allowance(allowance)?;
             // Say up front when the rewrite cannot fit (blocks are still
             // reserved one by one as they are written).
             let need = before
@@ -190,4 +200,31 @@ impl Store {
             seconds: started.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// The geometry a default [`Store::maintain`] rewrites `old` into.
+///
+/// The smallest file for its tags (one pass over them; see `sizing.rs`),
+/// with primary buckets of the store's size (at most the default) or
+/// twice it, unless the options fix the bucket sizes.
+pub fn planned_geometry(old: &Store, o: &MaintainOptions) -> Result<Geometry> {
+    plan(old, old.is_half_only(), o)
+}
+
+/// [`planned_geometry`] of a store known to be half-only or not.
+fn plan(old: &Store, half_only: bool, o: &MaintainOptions) -> Result<Geometry> {
+    let bp = o.blocks_per_primary.unwrap_or(
+        old.geometry()
+            .blocks_per_primary
+            .min(crate::format::geometry::DEFAULT_BLOCKS_PER_PRIMARY),
+    );
+    let mut p = Planner::new(old.len(), bp);
+    if half_only {
+        for h in Half::BOTH {
+            p.add_all(old.seed(), Some(h), old.half_tags(h))?;
+        }
+    } else {
+        p.add_all(old.seed(), None, old.tags())?;
+    }
+    Ok(p.choose(o.blocks_per_primary.is_some(), o.blocks_per_secondary))
 }

@@ -2,8 +2,9 @@
 
 mod check;
 mod maintain;
+mod sizing;
 mod stats;
 
 pub use check::CheckReport;
-pub use maintain::{maintain_temp_path, MaintainOptions, MaintainReport};
+pub use maintain::{maintain_temp_path, planned_geometry, MaintainOptions, MaintainReport};
 pub use stats::{Growth, Stats};

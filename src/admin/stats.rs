@@ -22,6 +22,9 @@ pub struct Growth {
     pub primary_segments: u32,
     /// Primary fill past which an INSERT splits a bucket (0 when it never does).
     pub split_fill: f64,
+    /// Tags past that fill the store takes before it splits (set by
+    /// `maintain` on a store it packed fuller).
+    pub split_allowance: u64,
 }
 
 /// Layout statistics of a store.
@@ -148,6 +151,7 @@ impl Store {
                 } else {
                     0.0
                 },
+                split_allowance: geo.allowance,
             },
             primary_buckets: n as u64,
             primary_buckets_used: used_b,

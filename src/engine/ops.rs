@@ -301,6 +301,12 @@ impl Store {
         self.write()?.grow_for(additional).map(|_| ())
     }
 
+    /// Lets the store take `tags` more tags past the split fill before it
+    /// splits (`maintain`, after packing buckets fuller).
+    pub(crate) fn set_split_allowance(&self, tags: u64) -> Result<()> {
+        self.write()?.set_split_allowance(tags)
+    }
+
     /// Free bytes of the store's filesystem, when known.
     pub(crate) fn free_bytes(&self) -> Option<u64> {
         self.read().pager.file().free_bytes()

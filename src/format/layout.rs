@@ -41,6 +41,9 @@ pub struct Layout {
     pub segments: u32,
     /// First block of each segment.
     pub seg_start: [u64; MAX_SEGMENTS],
+    /// Tags past the split fill the store takes before an INSERT splits
+    /// (version 2; set by `maintain` when it packs buckets fuller).
+    pub allowance: u64,
     /// Secondary buckets lying before each segment's end (derived).
     sec_before: [u32; MAX_SEGMENTS],
 }
@@ -74,6 +77,7 @@ impl Layout {
             split,
             segments: segments.min(MAX_SEGMENTS as u32),
             seg_start: [0; MAX_SEGMENTS],
+            allowance: 0,
             sec_before: [0; MAX_SEGMENTS],
         };
         for (d, s) in l.seg_start.iter_mut().zip(starts) {

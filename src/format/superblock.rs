@@ -24,8 +24,10 @@ pub const FLAG_HALF_ONLY: u32 = 2;
 
 /// Offset of the version-2 primary segment starts (32 × u64).
 const SEG_OFF: usize = 88;
-/// First byte after the segment starts: zero up to the CRC.
-const RESERVED_OFF: usize = SEG_OFF + 8 * MAX_SEGMENTS;
+/// Offset of the version-2 split allowance (u64).
+const ALLOWANCE_OFF: usize = SEG_OFF + 8 * MAX_SEGMENTS;
+/// First byte after the split allowance: zero up to the CRC.
+const RESERVED_OFF: usize = ALLOWANCE_OFF + 8;
 /// Decoded superblock (block 0).
 #[derive(Clone, Debug)]
 pub struct Superblock {
@@ -78,6 +80,7 @@ impl Superblock {
             for (k, s) in l.seg_start.iter().enumerate() {
                 b[SEG_OFF + 8 * k..SEG_OFF + 8 * k + 8].copy_from_slice(&s.to_le_bytes());
             }
+            b[ALLOWANCE_OFF..RESERVED_OFF].copy_from_slice(&l.allowance.to_le_bytes());
         }
         let c = crc32fast::hash(&b[..BLOCK_SIZE - 4]);
         b[BLOCK_SIZE - 4..].copy_from_slice(&c.to_le_bytes());
@@ -148,7 +151,7 @@ impl Superblock {
                     "superblock names {segments} primary segments"
                 )));
             }
-            let l = Layout::build(
+            let mut l = Layout::build(
                 version,
                 geometry,
                 rd32(b, 76),
@@ -156,6 +159,7 @@ impl Superblock {
                 segments,
                 &starts,
             );
+            l.allowance = rd64(b, ALLOWANCE_OFF);
             if let Some(why) = l.inconsistency() {
                 return Err(Error::corrupt(format!("superblock growth state: {why}")));
             }
@@ -180,8 +184,10 @@ mod tests {
 
     #[test]
     fn superblock_roundtrip_and_damage() {
+        let mut layout = Layout::v2(Geometry::for_expected_tags(10_000));
+        layout.allowance = 12_345;
         let sb = Superblock {
-            layout: Layout::v2(Geometry::for_expected_tags(10_000)),
+            layout,
             secondary_count: 3,
             flags: FLAG_CLEAN,
             seed: 42,

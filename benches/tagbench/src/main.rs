@@ -52,6 +52,10 @@ pub struct Args {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Write the data set (the tags the bulk load would insert, in load
+    /// order) as TSV to this file and exit, for `tagstore insert --file`.
+    #[arg(long)]
+    write_tsv: Option<PathBuf>,
     /// Seed of the synthetic data (or of the file data's load order) and of the workloads.
     #[arg(long, default_value_t = 20_240_601)]
     seed: u64,
@@ -150,7 +154,40 @@ fn main() -> Result<()> {
     if args.sweep {
         return sweep::run(&args);
     }
+    if let Some(path) = &args.write_tsv {
+        return write_tsv(&args, path);
+    }
     compare(&args)
+}
+
+/// Writes the tags `compare` would bulk load, one TSV line each.
+fn write_tsv(args: &Args, path: &std::path::Path) -> Result<()> {
+    use std::io::Write;
+    let (ds, load_report, _) = dataset(args)?;
+    let n = match load_report {
+        None => args.tags.unwrap_or(DEFAULT_TAGS),
+        Some(_) => ds.base.len() + 2 * RARE_TAGS,
+    };
+    let geo = CreateOptions {
+        expected_tags: n as u64,
+        seed: Some(STORE_SEED),
+        ..Default::default()
+    }
+    .geometry();
+    let (tags, _) = ds.with_plants(
+        STORE_SEED,
+        geo.primary_buckets_per_half,
+        geo.primary_capacity(),
+    );
+    let mut out = std::io::BufWriter::new(
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?,
+    );
+    for t in &tags {
+        writeln!(out, "{}", tagstore::tsv::format_tag(t))?;
+    }
+    out.flush()?;
+    eprintln!("{} tags written to {}", tags.len(), path.display());
+    Ok(())
 }
 
 fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, f64)> {

@@ -131,8 +131,9 @@ enum Cmd {
     Maintain {
         /// Store file (must not be open elsewhere).
         store: PathBuf,
-        /// Re-hash for this many tags (default: the live tag count; keeps
-        /// the bucket sizes unless given).
+        /// Re-hash for this many tags at 70 % fill, keeping the bucket sizes
+        /// unless given (default: the bucket count and sizes of the smallest
+        /// file for the live tags; bucket sizes given alone are kept).
         #[arg(long)]
         expected_tags: Option<u64>,
         /// Keep the current primary bucket count instead of re-sizing for
@@ -428,6 +429,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             json,
         } => {
             buckets.check("maintain")?;
+            // With no size given, the library chooses the bucket count (and
+            // the bucket sizes not given) that make the smallest file.
+            let planned =
+                expected_tags.is_none() && !keep_buckets && buckets.primary_buckets.is_none();
             let (cur, live) = {
                 let s = open_ro(&store)?;
                 (s.geometry(), s.len())
@@ -450,7 +455,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             }
             let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
             let opts = tagstore::MaintainOptions {
-                geometry: Some(g),
+                geometry: (!planned).then_some(g),
+                blocks_per_primary: buckets.blocks_per_primary,
+                blocks_per_secondary: buckets.blocks_per_secondary,
                 keep_geometry: keep_buckets,
                 wait: wait(),
             };
@@ -686,12 +693,17 @@ fn print_stats(out: &mut Out, s: &tagstore::Stats) {
     if gr.grows {
         say!(
             out,
-            "growth                   format {}, level {} from {} buckets per half, split pointer {}, splits past {:.0}% fill",
+            "growth                   format {}, level {} from {} buckets per half, split pointer {}, splits past {:.0}% fill{}",
             gr.format_version,
             gr.level,
             gr.base_buckets_per_half,
             gr.split_pointer,
-            gr.split_fill * 100.0
+            gr.split_fill * 100.0,
+            if gr.split_allowance > 0 {
+                format!(" + {} tags (packed by maintain)", gr.split_allowance)
+            } else {
+                String::new()
+            }
         );
     } else {
         say!(

@@ -17,7 +17,7 @@ use crate::index::{Index, Tables};
 use std::sync::atomic::Ordering;
 
 /// Mean primary fill (tags per half ÷ primary slots per half) past which
-/// an INSERT splits a bucket.
+/// an INSERT splits a bucket (plus the layout's allowance, in tags).
 pub const SPLIT_FILL: f64 = 0.7;
 
 /// Most splits one INSERT makes (splits postponed while readers stream
@@ -51,6 +51,7 @@ impl State {
         let want = Geometry::sized(extra, l.blocks_per_primary, l.blocks_per_secondary);
         let small = l.primary_buckets() as u64 * l.blocks_per_primary as u64 <= 1024;
         if !l.grows()
+            || l.allowance != 0
             || !small
             || self.tag_count != 0
             || !self.index.tables.secondary.is_empty()
@@ -82,7 +83,8 @@ impl State {
         for _ in 0..most {
             let l = self.index.geometry();
             let cap = l.buckets_per_half() as f64 * l.primary_capacity() as f64;
-            if !l.grows() || (self.tag_count + extra) as f64 <= SPLIT_FILL * cap {
+            let limit = SPLIT_FILL * cap + l.allowance as f64;
+            if !l.grows() || (self.tag_count + extra) as f64 <= limit {
                 break;
             }
             if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF
@@ -168,6 +170,17 @@ impl State {
         l.add_segment(l.file_len(sec) / BLOCK_SIZE as u64);
         self.pager.set_len(l.file_len(sec))?;
         Ok(true)
+    }
+
+    /// Lets the store take `tags` more tags past [`SPLIT_FILL`] before
+    /// it splits (`maintain` sets it on a store it packed fuller).
+    pub fn set_split_allowance(&mut self, tags: u64) -> Result<()> {
+        let mut l = self.index.geometry();
+        if !l.grows() || l.allowance == tags {
+            return Ok(());
+        }
+        l.allowance = tags;
+        self.set_layout(l)
     }
 
     /// Records layout `l` in the superblock (logged with the changes in

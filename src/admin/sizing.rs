@@ -1,0 +1,204 @@
+//! The geometry a default `maintain` rewrites a store into: the bucket
+//! count and bucket sizes that give the smallest file for the store's keys.
+//!
+//! One pass over the tags counts, for a few candidate bucket counts, how
+//! many tags each primary bucket would get; a chain's size follows from
+//! its count (the rewrite fills a primary bucket, then whole secondary
+//! buckets), so the file each geometry would make is known exactly enough
+//! to choose before writing anything.
+
+use crate::engine::SPLIT_FILL;
+use crate::error::Result;
+use crate::format::hash::key_hash;
+use crate::format::{Geometry, Half, Tag, SLOTS_PER_BLOCK};
+
+/// Mean primary fills tried, emptiest first (the fullest packs the most).
+const FILLS: [f64; 7] = [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85];
+/// Blocks per secondary bucket tried.
+const SECONDARY: [u32; 3] = [16, 8, 4];
+/// A fuller geometry, or one of smaller secondary buckets, is taken only
+/// if its file is smaller than the best so far by this factor.
+const WORTH: f64 = 0.98;
+/// Primary buckets twice as large make a FIND by object read about twice
+/// the blocks (measured 10–15 % slower, benches/README.md): taken only if
+/// the file is smaller by this factor.
+const WORTH_LARGER_PRIMARY: f64 = 0.95;
+/// Share of the live tags a packed store takes before it splits again.
+pub const HEADROOM: f64 = 0.03;
+
+/// Per-bucket tag counts of each half for the candidate bucket counts.
+pub struct Planner {
+    /// Blocks per primary bucket of the candidates' counts (the smallest tried).
+    bp: u32,
+    /// Candidate bucket counts per half, all even (so half of one is a
+    /// candidate too, for primaries twice as large).
+    buckets: Vec<u32>,
+    /// `counts[c][half]`: tags per bucket of candidate `c`.
+    counts: Vec<[Vec<u32>; 2]>,
+}
+
+impl Planner {
+    /// A planner for a store of `tags` tags (the count the split rule
+    /// uses) with primary buckets of `bp` blocks (and of `2·bp`).
+    pub fn new(tags: u64, bp: u32) -> Planner {
+        let bp = bp.max(1);
+        let mut buckets: Vec<u32> = FILLS
+            .iter()
+            .map(|f| {
+                let cap = (bp as u64 * SLOTS_PER_BLOCK as u64) as f64 * f;
+                let n = (tags.max(1) as f64 / cap).ceil().clamp(2.0, 1e9) as u32;
+                n + n % 2
+            })
+            .collect();
+        buckets.dedup();
+        let counts = buckets
+            .iter()
+            .map(|&n| [vec![0u32; n as usize], vec![0u32; n as usize]])
+            .collect();
+        Planner {
+            bp,
+            buckets,
+            counts,
+        }
+    }
+
+    /// Counts one stored half of a tag.
+    pub fn add(&mut self, seed: u64, half: Half, tag: &Tag) {
+        let name = match half {
+            Half::Object => &tag.object,
+            Half::Subject => &tag.subject,
+        };
+        // Level 0 places a key by the hash above its 16-bit fingerprint.
+        let x = key_hash(seed, half, &tag.relationship, name) >> 16;
+        for (n, c) in self.buckets.iter().zip(self.counts.iter_mut()) {
+            let b = (x % *n as u64) as usize;
+            c[half.index()][b] = c[half.index()][b].saturating_add(1);
+        }
+    }
+
+    /// Counts every tag of `tags`, both halves (`half`: only that one).
+    pub fn add_all(
+        &mut self,
+        seed: u64,
+        half: Option<Half>,
+        tags: impl Iterator<Item = Result<Tag>>,
+    ) -> Result<()> {
+        for t in tags {
+            let t = t?;
+            match half {
+                Some(h) => self.add(seed, h, &t),
+                None => {
+                    self.add(seed, Half::Object, &t);
+                    self.add(seed, Half::Subject, &t);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The geometry with the smallest file, preferring (unless the file is
+    /// [`WORTH`] smaller) emptier primary buckets and larger secondary
+    /// ones, and (unless [`WORTH_LARGER_PRIMARY`]) primaries of `bp`
+    /// blocks. `bp_only` keeps the primaries at `bp` blocks; `bs_only`
+    /// fixes the secondary bucket size.
+    pub fn choose(&self, bp_only: bool, bs_only: Option<u32>) -> Geometry {
+        let folds: &[u32] = if bp_only { &[1] } else { &[1, 2] };
+        let mut best: Option<(Geometry, u64)> = None;
+        for &fold in folds {
+            for (c, &n) in self.buckets.iter().enumerate() {
+                for bs in SECONDARY {
+                    let bs = bs_only.unwrap_or(bs);
+                    let g = Geometry {
+                        primary_buckets_per_half: n / fold,
+                        blocks_per_primary: self.bp * fold,
+                        blocks_per_secondary: bs,
+                    };
+                    if g.validate_new().is_err() {
+                        continue;
+                    }
+                    let blocks = self.blocks(c, fold, bs);
+                    let worth = match best {
+                        Some((b, _)) if b.blocks_per_primary < g.blocks_per_primary => {
+                            WORTH_LARGER_PRIMARY
+                        }
+                        _ => WORTH,
+                    };
+                    match best {
+                        Some((_, b)) if blocks as f64 >= b as f64 * worth => {}
+                        _ => best = Some((g, blocks)),
+                    }
+                }
+            }
+        }
+        best.map(|(g, _)| g).unwrap_or(Geometry {
+            primary_buckets_per_half: self.buckets[0],
+            blocks_per_primary: self.bp,
+            blocks_per_secondary: bs_only.unwrap_or(SECONDARY[0]),
+        })
+    }
+
+    /// Blocks the rewrite would take with candidate `c`'s buckets merged
+    /// `fold` at a time (primaries of `fold·bp` blocks) and secondary
+    /// buckets of `bs` blocks: both halves' primaries, every chain's
+    /// secondary buckets, and the superblock and intent record.
+    pub fn blocks(&self, c: usize, fold: u32, bs: u32) -> u64 {
+        let n = (self.buckets[c] / fold) as usize;
+        let bp = (self.bp * fold) as u64;
+        let cap_p = bp * SLOTS_PER_BLOCK as u64;
+        let cap_s = bs as u64 * SLOTS_PER_BLOCK as u64;
+        let mut blocks = 2 + 2 * n as u64 * bp;
+        for half in &self.counts[c] {
+            for b in 0..n {
+                let load: u64 = (0..fold as usize).map(|k| half[b + k * n] as u64).sum();
+                blocks += load.saturating_sub(cap_p).div_ceil(cap_s) * bs as u64;
+            }
+        }
+        blocks
+    }
+}
+
+/// Tags past the split fill a store of geometry `g` holding `tags` tags
+/// must take so that it does not split until it has grown by [`HEADROOM`].
+pub fn allowance(g: &Geometry, tags: u64) -> u64 {
+    let cap = g.primary_buckets_per_half as f64
+        * g.blocks_per_primary as f64
+        * SLOTS_PER_BLOCK as f64
+        * SPLIT_FILL;
+    let want = (tags as f64 * (1.0 + HEADROOM)).ceil();
+    (want - cap.floor()).max(0.0) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The estimate counts a chain's secondary buckets from its load.
+    #[test]
+    fn blocks_follow_the_chain_loads() {
+        let mut p = Planner::new(1000, 4);
+        let c = 0;
+        let n = p.buckets[c] as usize;
+        for h in 0..2 {
+            p.counts[c][h].iter_mut().for_each(|x| *x = 0);
+        }
+        // One bucket of 100 slots holding 101 tags: one secondary bucket.
+        p.counts[c][0][0] = 101;
+        assert_eq!(p.blocks(c, 1, 4), 2 + 2 * n as u64 * 4 + 4);
+        // Folded in pairs: 200-slot primaries hold it.
+        assert_eq!(p.blocks(c, 2, 4), 2 + 2 * (n / 2) as u64 * 8);
+        p.counts[c][1][n - 1] = 100 + 3 * 100 + 1;
+        assert_eq!(p.blocks(c, 1, 4), 2 + 2 * n as u64 * 4 + 4 + 16);
+    }
+
+    #[test]
+    fn allowance_covers_the_headroom_past_the_split_fill() {
+        let g = Geometry {
+            primary_buckets_per_half: 10,
+            blocks_per_primary: 4,
+            blocks_per_secondary: 4,
+        };
+        // 10 buckets of 100 slots split past 700 tags.
+        assert_eq!(allowance(&g, 600), 0);
+        assert_eq!(allowance(&g, 900), 927 - 700);
+    }
+}
