@@ -207,6 +207,7 @@ impl Store {
 /// The smallest file for its tags (one pass over them; see `sizing.rs`),
 /// with primary buckets of the store's size (at most the default) or
 /// twice it, unless the options fix the bucket sizes.
+#[cfg(feature = "test-hooks")]
 pub fn planned_geometry(old: &Store, o: &MaintainOptions) -> Result<Geometry> {
     plan(old, old.is_half_only(), o)
 }

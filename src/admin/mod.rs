@@ -6,5 +6,7 @@ mod sizing;
 mod stats;
 
 pub use check::CheckReport;
-pub use maintain::{maintain_temp_path, planned_geometry, MaintainOptions, MaintainReport};
+#[cfg(feature = "test-hooks")]
+pub use maintain::planned_geometry;
+pub use maintain::{maintain_temp_path, MaintainOptions, MaintainReport};
 pub use stats::{Growth, Stats};

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// before it is folded: a load into a fresh store merges a few times, and
 /// folding after each merge rewrote every count each time (a tenth of a
 /// 0.5 M-tag npm load); replaying up to 8 MB of merges at open is cheap.
-const COMPACT_MIN: u64 = 4 << 20;
+pub(super) const COMPACT_MIN: u64 = 4 << 20;
 
 /// One record of the counts file, as read (written as [`RecordRef`]).
 #[derive(Deserialize)]
@@ -56,8 +56,8 @@ pub enum RecordRef<'a> {
 
 /// Current counts-file magic. `TSCOUNT1` (unsigned snapshot counts) was
 /// never released and is treated like a missing file.
-const MAGIC: &[u8; 8] = b"TSCOUNT2";
-const HEADER: usize = 16;
+pub(super) const MAGIC: &[u8; 8] = b"TSCOUNT2";
+pub(super) const HEADER: usize = 16;
 
 /// Path of the counts file beside a store.
 pub fn counts_path(store: &Path) -> PathBuf {
@@ -65,7 +65,7 @@ pub fn counts_path(store: &Path) -> PathBuf {
 }
 
 /// A record framed for the file: length, CRC32, then the bincode body.
-fn frame(rec: &RecordRef<'_>) -> Result<Vec<u8>> {
+pub(super) fn frame(rec: &RecordRef<'_>) -> Result<Vec<u8>> {
     let body = bincode::serde::encode_to_vec(rec, bincode::config::standard())
         .map_err(|e| Error::InvalidArgument(format!("encoding counts record: {e}")))?;
     let mut buf = Vec::with_capacity(body.len() + 8);

@@ -12,11 +12,13 @@
 //! and the engine hands these types what they need (paths, tag counts, a
 //! scan of the tags) when it asks for counts.
 
+mod append;
 mod increment;
 mod log;
 mod model;
 mod pending;
 
+pub use append::append_own;
 pub use increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
 pub use log::{counts_path, CountsFile};
 pub use model::Counts;

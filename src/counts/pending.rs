@@ -60,6 +60,22 @@ impl Pending {
         }
     }
 
+    /// Puts deltas taken from channel `ch` back into it (a merge that
+    /// failed, or was handed to another path), leaving the other alone.
+    pub fn restore(&mut self, ch: Channel, deltas: &SharedDeltas) {
+        let c = ch as usize;
+        for (r, s, d) in deltas {
+            self.net[c] += d;
+            let m = self.deltas.entry(Arc::clone(r)).or_default();
+            let e = m.entry(Arc::clone(s)).or_default();
+            if e.seen & (1 << c) == 0 {
+                e.seen |= 1 << c;
+                self.keys[c] += 1;
+            }
+            e.d[c] += d;
+        }
+    }
+
     /// Sum of the channel's deltas.
     pub fn net(&self, ch: Channel) -> i64 {
         self.net[ch as usize]

@@ -1,6 +1,7 @@
 //! The counters' wiring: the [`Store`] methods that load, merge and read
 //! the counts, handing the counts module what it needs of the store.
 
+use super::state::State;
 use super::Store;
 use crate::counts::{
     counts_path, Channel, CloudEntry, Counts, CountsFile, Increment, IncrementId, Loaded,
@@ -9,6 +10,16 @@ use crate::counts::{
 use crate::error::{Error, Result};
 use crate::format::Half;
 use std::collections::{BTreeMap, HashMap};
+
+/// The tags the counters count: subject halves, every tag's unless the
+/// store is half-only.
+fn counted_tags(g: &State) -> u64 {
+    if g.half_only() {
+        g.index.count_in(Half::Subject)
+    } else {
+        g.tag_count
+    }
+}
 
 /// Counts every tag's (relationship, subject) by reading the store.
 fn count_tags(store: &Store) -> Result<HashMap<(String, String), u64>> {
@@ -32,16 +43,9 @@ impl Store {
         if slot.is_none() {
             let (writable, tags, pending_net) = {
                 let g = self.read();
-                // The counters count subject halves: every tag's, unless
-                // the store is half-only.
-                let subject = if g.half_only() {
-                    g.index.count_in(Half::Subject)
-                } else {
-                    g.tag_count
-                };
                 (
                     g.pager.writable(),
-                    subject,
+                    counted_tags(&g),
                     g.feed.pending.net(Channel::Own),
                 )
             };
@@ -186,6 +190,9 @@ impl Store {
             return Ok(());
         }
         let mut slot = self.counts_lock();
+        if slot.is_none() && !stale && self.append_own_unloaded()? {
+            return Ok(());
+        }
         let l = self.ensure_counts(&mut slot)?;
         let deltas = {
             let mut g = self.lock();
@@ -197,6 +204,31 @@ impl Store {
         let id = self.next_id();
         l.merge_own(self.path(), self.writer_id, id, deltas)
             .map(|_| ())
+    }
+
+    /// With the counts not loaded in this handle: appends its own pending
+    /// changes to the counts file as one merge without loading it, when the
+    /// file can take them blindly (`counts/append.rs`). False (pending
+    /// changes untouched) when the full merge must run; the caller holds
+    /// the counts mutex.
+    fn append_own_unloaded(&self) -> Result<bool> {
+        let (deltas, tags) = {
+            let mut g = self.lock();
+            if g.feed.stale {
+                return Ok(false);
+            }
+            let tags = counted_tags(&g);
+            (g.feed.pending.take_shared(Channel::Own), tags)
+        };
+        if deltas.is_empty() {
+            return Ok(true);
+        }
+        let id = self.next_id();
+        let r = crate::counts::append_own(self.path(), self.seed, id, &deltas, tags);
+        if !matches!(r, Ok(true)) {
+            self.lock().feed.pending.restore(Channel::Own, &deltas);
+        }
+        r
     }
 
     /// At close: merge own pending changes, or drop stale own counts.
