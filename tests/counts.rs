@@ -34,6 +34,9 @@
 //!   merges, with the exactly-once state of that version (a torn merge's
 //!   increments are accepted again, earlier ones are still discarded); a
 //!   damaged middle record drops it and everything after it.
+//! * **Merging without loading**: a handle that never loaded the counts
+//!   appends its own merge blind; when the file needs the full load (a torn
+//!   tail on a collector's counts) the changes still reach it.
 //! * **Rebuild**: a deleted, emptied, foreign, garbled or junk-extended counts
 //!   file, an unclean shutdown that lost pending changes, and changes made
 //!   with `set_counting(false)` all give counts equal to the tags after
@@ -1927,4 +1930,47 @@ fn cli_count_and_cloud_on_debian_fixture() {
     );
     check_cloud(&tags, "depends_on", 10);
     cli!("check", st);
+}
+
+/// Regression (the merge that skips loading the counts): a handle that
+/// never loaded the counts appends its own merge to the file without
+/// loading it, unless the file needs the full load (here a torn tail on a
+/// collector's counts, which cannot be rebuilt from the tags). The pending
+/// changes must then reach the full merge: taking them for the blind append
+/// and dropping them when it declined lost the insert.
+#[test]
+fn a_declined_blind_merge_keeps_the_changes() {
+    let (_g, dir) = lib_test();
+    let path = dir.path().join("c.tags");
+    let s = Store::create(&path, &small()).expect("create");
+    assert!(s.insert(&tag("a", "isa", "sunset")).expect("insert"));
+    assert!(s
+        .submit_increment(foreign_increment(77, 0, &[("isa", "beach", 5)]))
+        .expect("submit"));
+    s.close().expect("close");
+    // Blind appends on a whole file: two handles, one insert each.
+    for (o, sub) in [("b", "sunset"), ("c", "dawn")] {
+        let s = Store::open(&path).expect("open");
+        assert!(s.insert(&tag(o, "isa", sub)).expect("insert"));
+        s.close().expect("close");
+    }
+    // A torn record at the end: the next merge must take the full path.
+    let counts = tagstore::counts_path(&path);
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&counts)
+        .expect("open counts");
+    std::io::Write::write_all(&mut f, &[9, 0, 0, 0, 1, 2]).expect("tear");
+    drop(f);
+    let s = Store::open(&path).expect("open");
+    assert!(s.insert(&tag("d", "isa", "dawn")).expect("insert"));
+    s.close().expect("close");
+    let s = Store::open(&path).expect("reopen");
+    assert_eq!(s.count("sunset", "isa").expect("count"), 2);
+    assert_eq!(s.count("dawn", "isa").expect("count"), 2);
+    assert_eq!(
+        s.count("beach", "isa").expect("count"),
+        5,
+        "the collector's counts kept"
+    );
 }

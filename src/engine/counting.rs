@@ -11,6 +11,13 @@ use crate::error::{Error, Result};
 use crate::format::Half;
 use std::collections::{BTreeMap, HashMap};
 
+/// Most pending keys merged without loading the counts: a larger merge
+/// (a bulk load's or delete's) loads them once and later merges apply in
+/// memory. Appended blindly, each merge of a 0.5 M-tag npm delete re-read
+/// the whole file and the third folded it anyway: 1.56-1.93 s against
+/// 1.32-1.80 s.
+const APPEND_UNLOADED_KEYS: usize = 16_384;
+
 /// The tags the counters count: subject halves, every tag's unless the
 /// store is half-only.
 fn counted_tags(g: &State) -> u64 {
@@ -214,7 +221,9 @@ impl Store {
     fn append_own_unloaded(&self) -> Result<bool> {
         let (deltas, tags) = {
             let mut g = self.lock();
-            if g.feed.stale {
+            // Large merges (a bulk load's or delete's): loaded once, this
+            // and later merges apply in memory.
+            if g.feed.stale || g.feed.pending.len(Channel::Own) > APPEND_UNLOADED_KEYS {
                 return Ok(false);
             }
             let tags = counted_tags(&g);
