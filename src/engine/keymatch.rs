@@ -48,9 +48,9 @@ impl KeyMatch {
         }
     }
 
-    /// The field a FIND returns, if slot `s` holds the key.
+    /// Where in slot `s` the field a FIND returns lies, if `s` holds the key.
     #[inline]
-    pub fn other<'s>(&self, s: &'s [u8]) -> Option<&'s [u8]> {
+    pub fn other(&self, s: &[u8]) -> Option<std::ops::Range<usize>> {
         let (lo, lr, ls) = (s[1] as usize, s[2] as usize, s[3] as usize);
         if s[0] != SLOT_MARKER || lr != self.rel_len || SLOT_HEADER + lo + lr + ls > s.len() {
             return None;
@@ -60,9 +60,9 @@ impl KeyMatch {
         match self.half {
             Half::Object => (lo == self.name_len
                 && eq_short(&s[SLOT_HEADER..SLOT_HEADER + k], &self.needle[..k]))
-            .then(|| &s[r + lr..r + lr + ls]),
+            .then_some(r + lr..r + lr + ls),
             Half::Subject => (ls == self.name_len && eq_short(&s[r..r + k], &self.needle[..k]))
-                .then(|| &s[SLOT_HEADER..r]),
+                .then_some(SLOT_HEADER..r),
         }
     }
 }
