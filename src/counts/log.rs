@@ -119,9 +119,7 @@ impl CountsFile {
                     None,
                 ) => {
                     let mut c = Counts::empty(version, own_only);
-                    for (r, s, n) in list {
-                        c.set(r, s, n);
-                    }
+                    c.load_snapshot(list);
                     c.processed = processed.into_iter().collect();
                     snapshot_len = (8 + len) as u64;
                     counts = Some(c);
@@ -135,6 +133,7 @@ impl CountsFile {
                     },
                     Some(c),
                 ) if version == c.version + 1 => {
+                    c.reserve_for(deltas.iter().map(|(r, _, _)| r.as_str()));
                     c.apply(deltas.iter().map(|(r, s, d)| (r.as_str(), s.as_str(), *d)));
                     c.processed.extend(ids);
                     c.version = version;

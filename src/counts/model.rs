@@ -53,6 +53,42 @@ impl Counts {
         c
     }
 
+    /// Counts of a snapshot, into counts that hold none yet: each map is
+    /// sized once (growing them one count at a time was 43 % of loading
+    /// 259,000 counts), and no count is looked up before it is stored.
+    pub(super) fn load_snapshot(&mut self, list: Vec<(String, String, i64)>) {
+        self.reserve_for(list.iter().map(|(r, _, _)| r.as_str()));
+        for (r, s, n) in list {
+            if n != 0 && self.cloud.is_empty() {
+                if let Some(m) = self.counts.get_mut(&r) {
+                    m.insert(s, n);
+                    continue;
+                }
+            }
+            self.set(r, s, n);
+        }
+        self.counts.retain(|_, m| !m.is_empty());
+    }
+
+    /// Makes room for one more count of each relationship named (a
+    /// snapshot's or a merge's, about to be loaded), each map grown once.
+    pub(super) fn reserve_for<'a>(&mut self, rels: impl Iterator<Item = &'a str>) {
+        let mut per: FastMap<&str, usize> = FastMap::default();
+        for r in rels {
+            *per.entry(r).or_default() += 1;
+        }
+        for (r, n) in per {
+            match self.counts.get_mut(r) {
+                Some(m) => m.reserve(n),
+                None => {
+                    let mut m = FastMap::default();
+                    m.reserve(n);
+                    self.counts.insert(r.to_owned(), m);
+                }
+            }
+        }
+    }
+
     pub(super) fn set(&mut self, r: String, s: String, n: i64) {
         let old = self.signed(&r, &s);
         self.change(r, s, old, n);
