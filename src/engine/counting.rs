@@ -300,6 +300,26 @@ impl Store {
     pub fn count(&self, subject: &str, relationship: &str) -> Result<u64> {
         self.merge_own_counts()?;
         let mut slot = self.counts_lock();
+        if slot.is_none() {
+            // Not loaded: one pass over the file, if a load would serve it
+            // as it is (else the load below repairs or rebuilds it).
+            let (usable, tags) = {
+                let g = self.read();
+                let quiet = !g.feed.stale && g.feed.pending.net(Channel::Own) == 0;
+                (
+                    quiet && g.feed.pending.len(Channel::Own) == 0,
+                    counted_tags(&g),
+                )
+            };
+            if usable {
+                let path = self.path();
+                let n =
+                    crate::counts::count_unloaded(path, self.seed, relationship, subject, tags)?;
+                if let Some(n) = n {
+                    return Ok(n.max(0) as u64);
+                }
+            }
+        }
         Ok(self
             .ensure_counts(&mut slot)?
             .counts
