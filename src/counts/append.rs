@@ -5,8 +5,9 @@
 //! spent 0.4 s building every count in memory to append one record, and a
 //! `tagstore count` as long to read one.
 
-use super::increment::IncrementId;
+use super::increment::{CloudEntry, IncrementId};
 use super::log::{counts_path, frame, RecordRef, COMPACT_MIN, HEADER, MAGIC};
+use super::model::weigh;
 use super::pending::SharedDeltas;
 use crate::error::Result;
 use crate::format::bytes::rd32;
@@ -42,25 +43,26 @@ struct Scan {
     own_only: bool,
     /// Sum of every count.
     total: i64,
-    /// The count of the key asked for.
-    key: i64,
     snapshot_len: u64,
 }
 
-/// Scans the counts file's bytes; `None` unless it is ours (`seed`) and
-/// whole (a snapshot, then merges in order, no torn or damaged tail).
-fn scan(data: &[u8], seed: u64, key: Option<(&str, &str)>) -> Option<Scan> {
+/// Scans the counts file's bytes, handing every count and delta to
+/// `visit`; `None` unless it is ours (`seed`) and whole (a snapshot, then
+/// merges in order, no torn or damaged tail).
+fn scan<'d>(
+    data: &'d [u8],
+    seed: u64,
+    mut visit: impl FnMut(&'d str, &'d str, i64),
+) -> Option<Scan> {
     if data.len() < HEADER || &data[..8] != MAGIC || data[8..16] != seed.to_le_bytes() {
         return None;
     }
     let mut at = HEADER;
     let mut found: Option<Scan> = None;
-    let sum = |list: &[(&str, &str, i64)], sc: &mut Scan| {
+    let mut sum = |list: &[(&'d str, &'d str, i64)], sc: &mut Scan| {
         for &(r, s, n) in list {
             sc.total = sc.total.wrapping_add(n);
-            if key == Some((r, s)) {
-                sc.key = sc.key.wrapping_add(n);
-            }
+            visit(r, s, n);
         }
     };
     while data.len() >= at + 8 {
@@ -86,7 +88,6 @@ fn scan(data: &[u8], seed: u64, key: Option<(&str, &str)>) -> Option<Scan> {
                     version,
                     own_only,
                     total: 0,
-                    key: 0,
                     snapshot_len: (8 + len) as u64,
                 };
                 sum(&counts, &mut sc);
@@ -128,7 +129,7 @@ pub fn append_own(
         return Ok(false);
     };
     let data = log.read_all()?;
-    let Some(sc) = scan(&data, seed, None) else {
+    let Some(sc) = scan(&data, seed, |_, _, _| {}) else {
         return Ok(false);
     };
     let net: i64 = deltas.iter().map(|(_, _, d)| *d).sum();
@@ -168,9 +169,54 @@ pub fn count_unloaded(
         return Ok(None);
     };
     let data = log.read_all()?;
-    Ok(scan(&data, seed, Some((relationship, subject)))
+    let mut n = 0i64;
+    let sc = scan(&data, seed, |r, s, d| {
+        if r == relationship && s == subject {
+            n = n.wrapping_add(d);
+        }
+    });
+    Ok(sc
         .filter(|sc| !sc.own_only || sc.total == tags as i64)
-        .map(|sc| sc.key))
+        .map(|_| n))
+}
+
+/// The `top` most used subjects of `relationship` read from the counts
+/// file, as [`count_unloaded`] reads one count (`None`: load them).
+pub fn cloud_unloaded(
+    store: &Path,
+    seed: u64,
+    relationship: &str,
+    top: usize,
+    tags: u64,
+) -> Result<Option<Vec<CloudEntry>>> {
+    let Some(log) = AppendLog::open(counts_path(store), false, false)? else {
+        return Ok(None);
+    };
+    let data = log.read_all()?;
+    let mut of_rel: foldhash::HashMap<&str, i64> = foldhash::HashMap::default();
+    let sc = scan(&data, seed, |r, s, d| {
+        if r == relationship {
+            let e = of_rel.entry(s).or_default();
+            *e = e.wrapping_add(d);
+        }
+    });
+    if !sc.is_some_and(|sc| !sc.own_only || sc.total == tags as i64) {
+        return Ok(None);
+    }
+    // The order of the cloud index: count descending, then subject.
+    let mut ranked: Vec<(u64, &str)> = of_rel
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(s, n)| (n as u64, s))
+        .collect();
+    let by = |a: &(u64, &str), b: &(u64, &str)| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1));
+    if ranked.len() > top && top > 0 {
+        ranked.select_nth_unstable_by(top - 1, by);
+        ranked.truncate(top);
+    }
+    ranked.sort_unstable_by(by);
+    ranked.truncate(top);
+    Ok(Some(weigh(ranked)))
 }
 
 #[cfg(test)]
@@ -302,6 +348,41 @@ mod tests {
             count_unloaded(&store, 7, "isa", "sunset", 6).expect("count"),
             None
         );
+    }
+
+    #[test]
+    fn reads_a_cloud_as_the_full_load_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = five(dir.path());
+        // Ties (beach and dawn at 2), a count gone to zero, another relationship.
+        let d = deltas(&[
+            ("isa", "dawn", 2),
+            ("isa", "zero", 1),
+            ("owns", "x", 4),
+            ("isa", "aaa", 1),
+        ]);
+        assert!(append_own(&store, 7, ID, &d, 13).expect("append"));
+        let d2 = deltas(&[("isa", "zero", -1)]);
+        let id2 = IncrementId { writer: 3, seq: 10 };
+        assert!(append_own(&store, 7, id2, &d2, 12).expect("append"));
+        let (mut c, _) = CountsFile::load(&store, 7, false)
+            .expect("load")
+            .expect("present");
+        for top in [0, 1, 2, 3, 4, 10] {
+            let want = c.cloud("isa", top);
+            let got = cloud_unloaded(&store, 7, "isa", top, 12)
+                .expect("cloud")
+                .expect("served");
+            let key = |v: &[CloudEntry]| -> Vec<(String, u64, u64)> {
+                v.iter()
+                    .map(|e| (e.subject.clone(), e.count, (e.weight * 1e9) as u64))
+                    .collect()
+            };
+            assert_eq!(key(&got), key(&want), "top {top}");
+        }
+        assert!(cloud_unloaded(&store, 7, "isa", 3, 11)
+            .expect("cloud")
+            .is_none());
     }
 
     #[test]

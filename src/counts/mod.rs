@@ -18,7 +18,7 @@ mod log;
 mod model;
 mod pending;
 
-pub use append::{append_own, count_unloaded};
+pub use append::{append_own, cloud_unloaded, count_unloaded};
 pub use increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
 pub use log::{counts_path, CountsFile};
 pub use model::Counts;

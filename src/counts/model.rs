@@ -196,22 +196,12 @@ impl Counts {
         let Some(idx) = self.cloud.get(relationship) else {
             return Vec::new();
         };
-        let top: Vec<(u64, &String)> = idx.iter().take(k).map(|(Reverse(n), s)| (*n, s)).collect();
-        let (max, min) = (
-            top.first().map_or(1, |x| x.0) as f64,
-            top.last().map_or(1, |x| x.0) as f64,
-        );
-        top.into_iter()
-            .map(|(n, s)| CloudEntry {
-                subject: s.clone(),
-                count: n,
-                weight: if max > min {
-                    1.0 + 9.0 * ((n as f64).ln() - min.ln()) / (max.ln() - min.ln())
-                } else {
-                    10.0
-                },
-            })
-            .collect()
+        let top: Vec<(u64, &str)> = idx
+            .iter()
+            .take(k)
+            .map(|(Reverse(n), s)| (*n, s.as_str()))
+            .collect();
+        weigh(top)
     }
 
     /// Queues an increment unless already merged or queued; true if queued.
@@ -345,6 +335,26 @@ impl Counts {
             processed,
         }
     }
+}
+
+/// Cloud entries of the top subjects (count descending), weighted 1–10 by
+/// the log of their count between the smallest and the largest shown.
+pub(super) fn weigh(top: Vec<(u64, &str)>) -> Vec<CloudEntry> {
+    let (max, min) = (
+        top.first().map_or(1, |x| x.0) as f64,
+        top.last().map_or(1, |x| x.0) as f64,
+    );
+    top.into_iter()
+        .map(|(n, s)| CloudEntry {
+            subject: s.to_owned(),
+            count: n,
+            weight: if max > min {
+                1.0 + 9.0 * ((n as f64).ln() - min.ln()) / (max.ln() - min.ln())
+            } else {
+                10.0
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -300,24 +300,11 @@ impl Store {
     pub fn count(&self, subject: &str, relationship: &str) -> Result<u64> {
         self.merge_own_counts()?;
         let mut slot = self.counts_lock();
-        if slot.is_none() {
-            // Not loaded: one pass over the file, if a load would serve it
-            // as it is (else the load below repairs or rebuilds it).
-            let (usable, tags) = {
-                let g = self.read();
-                let quiet = !g.feed.stale && g.feed.pending.net(Channel::Own) == 0;
-                (
-                    quiet && g.feed.pending.len(Channel::Own) == 0,
-                    counted_tags(&g),
-                )
-            };
-            if usable {
-                let path = self.path();
-                let n =
-                    crate::counts::count_unloaded(path, self.seed, relationship, subject, tags)?;
-                if let Some(n) = n {
-                    return Ok(n.max(0) as u64);
-                }
+        if let Some(tags) = self.unloaded_and_quiet(&slot) {
+            let path = self.path();
+            let n = crate::counts::count_unloaded(path, self.seed, relationship, subject, tags)?;
+            if let Some(n) = n {
+                return Ok(n.max(0) as u64);
             }
         }
         Ok(self
@@ -330,10 +317,31 @@ impl Store {
     pub fn cloud(&self, relationship: &str, top: usize) -> Result<Vec<CloudEntry>> {
         self.merge_own_counts()?;
         let mut slot = self.counts_lock();
+        if let Some(tags) = self.unloaded_and_quiet(&slot) {
+            let path = self.path();
+            if let Some(c) =
+                crate::counts::cloud_unloaded(path, self.seed, relationship, top, tags)?
+            {
+                return Ok(c);
+            }
+        }
         Ok(self
             .ensure_counts(&mut slot)?
             .counts
             .cloud(relationship, top))
+    }
+
+    /// The tag count the counts must add up to, when they are not loaded
+    /// and nothing is pending or stale: a read can then take one pass over
+    /// the counts file (if a load would serve it as it is) instead of
+    /// loading every count.
+    fn unloaded_and_quiet(&self, slot: &Option<Loaded>) -> Option<u64> {
+        if slot.is_some() {
+            return None;
+        }
+        let g = self.read();
+        let quiet = !g.feed.stale && g.feed.pending.len(Channel::Own) == 0;
+        (quiet && g.feed.pending.net(Channel::Own) == 0).then(|| counted_tags(&g))
     }
 
     /// Version of the counts: the number of merges so far.
