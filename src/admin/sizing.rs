@@ -160,10 +160,7 @@ impl Planner {
 /// Tags past the split fill a store of geometry `g` holding `tags` tags
 /// must take so that it does not split until it has grown by [`HEADROOM`].
 pub fn allowance(g: &Geometry, tags: u64) -> u64 {
-    let cap = g.primary_buckets_per_half as f64
-        * g.blocks_per_primary as f64
-        * SLOTS_PER_BLOCK as f64
-        * SPLIT_FILL;
+    let cap = g.primary_buckets_per_half as f64 * g.primary_capacity() as f64 * SPLIT_FILL;
     let want = (tags as f64 * (1.0 + HEADROOM)).ceil();
     (want - cap.floor()).max(0.0) as u64
 }

@@ -46,6 +46,23 @@ struct Scan {
     snapshot_len: u64,
 }
 
+impl Scan {
+    /// True when a load would serve these counts once `net` more is
+    /// merged: a collector's always, own-only ones if they add up to `tags`.
+    fn adds_up(&self, net: i64, tags: u64) -> bool {
+        !self.own_only || self.total.wrapping_add(net) == tags as i64
+    }
+}
+
+/// The counts file of `store` and its bytes; `None` when there is none.
+fn read(store: &Path, writable: bool) -> Result<Option<(AppendLog, Vec<u8>)>> {
+    let Some(log) = AppendLog::open(counts_path(store), writable, false)? else {
+        return Ok(None);
+    };
+    let data = log.read_all()?;
+    Ok(Some((log, data)))
+}
+
 /// Scans the counts file's bytes, handing every count and delta to
 /// `visit`; `None` unless it is ours (`seed`) and whole (a snapshot, then
 /// merges in order, no torn or damaged tail).
@@ -125,17 +142,13 @@ pub fn append_own(
     deltas: &SharedDeltas,
     tags: u64,
 ) -> Result<bool> {
-    let Some(mut log) = AppendLog::open(counts_path(store), true, false)? else {
-        return Ok(false);
-    };
-    let data = log.read_all()?;
-    let Some(sc) = scan(&data, seed, |_, _, _| {}) else {
+    let Some((mut log, data)) = read(store, true)? else {
         return Ok(false);
     };
     let net: i64 = deltas.iter().map(|(_, _, d)| *d).sum();
-    if sc.own_only && sc.total.wrapping_add(net) != tags as i64 {
+    let Some(sc) = scan(&data, seed, |_, _, _| {}).filter(|sc| sc.adds_up(net, tags)) else {
         return Ok(false);
-    }
+    };
     let rec = frame(&RecordRef::Merge {
         version: sc.version + 1,
         ids: vec![id],
@@ -165,19 +178,16 @@ pub fn count_unloaded(
     subject: &str,
     tags: u64,
 ) -> Result<Option<i64>> {
-    let Some(log) = AppendLog::open(counts_path(store), false, false)? else {
+    let Some((_, data)) = read(store, false)? else {
         return Ok(None);
     };
-    let data = log.read_all()?;
     let mut n = 0i64;
     let sc = scan(&data, seed, |r, s, d| {
         if r == relationship && s == subject {
             n = n.wrapping_add(d);
         }
     });
-    Ok(sc
-        .filter(|sc| !sc.own_only || sc.total == tags as i64)
-        .map(|_| n))
+    Ok(sc.filter(|sc| sc.adds_up(0, tags)).map(|_| n))
 }
 
 /// The `top` most used subjects of `relationship` read from the counts
@@ -189,10 +199,9 @@ pub fn cloud_unloaded(
     top: usize,
     tags: u64,
 ) -> Result<Option<Vec<CloudEntry>>> {
-    let Some(log) = AppendLog::open(counts_path(store), false, false)? else {
+    let Some((_, data)) = read(store, false)? else {
         return Ok(None);
     };
-    let data = log.read_all()?;
     let mut of_rel: foldhash::HashMap<&str, i64> = foldhash::HashMap::default();
     let sc = scan(&data, seed, |r, s, d| {
         if r == relationship {
@@ -200,7 +209,7 @@ pub fn cloud_unloaded(
             *e = e.wrapping_add(d);
         }
     });
-    if !sc.is_some_and(|sc| !sc.own_only || sc.total == tags as i64) {
+    if !sc.is_some_and(|sc| sc.adds_up(0, tags)) {
         return Ok(None);
     }
     // The order of the cloud index: count descending, then subject.

@@ -24,6 +24,18 @@ struct Delta {
     seen: u8,
 }
 
+impl Delta {
+    /// Adds `d` to channel `c`, counting the key in `keys` the first time
+    /// since the channel was last taken.
+    fn bump(&mut self, c: usize, d: i64, keys: &mut [usize; 2]) {
+        if self.seen & (1 << c) == 0 {
+            self.seen |= 1 << c;
+            keys[c] += 1;
+        }
+        self.d[c] += d;
+    }
+}
+
 /// Accumulates count deltas in memory as tags change, for both channels in
 /// one map (one lookup per change, not two).
 #[derive(Debug, Default)]
@@ -52,11 +64,7 @@ impl Pending {
             None => m.entry(subject.into()).or_default(),
         };
         for c in 0..2 {
-            if e.seen & (1 << c) == 0 {
-                e.seen |= 1 << c;
-                self.keys[c] += 1;
-            }
-            e.d[c] += d;
+            e.bump(c, d, &mut self.keys);
         }
     }
 
@@ -67,12 +75,9 @@ impl Pending {
         for (r, s, d) in deltas {
             self.net[c] += d;
             let m = self.deltas.entry(Arc::clone(r)).or_default();
-            let e = m.entry(Arc::clone(s)).or_default();
-            if e.seen & (1 << c) == 0 {
-                e.seen |= 1 << c;
-                self.keys[c] += 1;
-            }
-            e.d[c] += d;
+            m.entry(Arc::clone(s))
+                .or_default()
+                .bump(c, *d, &mut self.keys);
         }
     }
 

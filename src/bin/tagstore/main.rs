@@ -433,29 +433,35 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             // the bucket sizes not given) that make the smallest file.
             let planned =
                 expected_tags.is_none() && !keep_buckets && buckets.primary_buckets.is_none();
-            let (cur, live) = {
-                let s = open_ro(&store)?;
-                (s.geometry(), s.len())
+            // Otherwise the geometry asked for, from the store's sizes.
+            let geometry = if planned {
+                None
+            } else {
+                let (cur, live) = {
+                    let s = open_ro(&store)?;
+                    (s.geometry(), s.len())
+                };
+                let bp = buckets.blocks_per_primary.unwrap_or(cur.blocks_per_primary);
+                let bs = buckets
+                    .blocks_per_secondary
+                    .unwrap_or(cur.blocks_per_secondary);
+                let mut g = match expected_tags {
+                    Some(n) => Geometry::sized(n, bp, bs),
+                    None if keep_buckets => Geometry {
+                        blocks_per_primary: bp,
+                        blocks_per_secondary: bs,
+                        ..cur
+                    },
+                    None => Geometry::sized(live, bp, bs),
+                };
+                if let Some(p) = buckets.primary_buckets {
+                    g.primary_buckets_per_half = p;
+                }
+                Some(g)
             };
-            let bp = buckets.blocks_per_primary.unwrap_or(cur.blocks_per_primary);
-            let bs = buckets
-                .blocks_per_secondary
-                .unwrap_or(cur.blocks_per_secondary);
-            let mut g = match expected_tags {
-                Some(n) => Geometry::sized(n, bp, bs),
-                None if keep_buckets => Geometry {
-                    blocks_per_primary: bp,
-                    blocks_per_secondary: bs,
-                    ..cur
-                },
-                None => Geometry::sized(live, bp, bs),
-            };
-            if let Some(p) = buckets.primary_buckets {
-                g.primary_buckets_per_half = p;
-            }
             let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
             let opts = tagstore::MaintainOptions {
-                geometry: (!planned).then_some(g),
+                geometry,
                 blocks_per_primary: buckets.blocks_per_primary,
                 blocks_per_secondary: buckets.blocks_per_secondary,
                 keep_geometry: keep_buckets,
