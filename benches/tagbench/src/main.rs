@@ -160,20 +160,28 @@ fn main() -> Result<()> {
     compare(&args)
 }
 
+/// The tags the bulk load inserts (the synthetic generator plants its two
+/// rare keys inside its N; a data set from a file gets them on top), and
+/// store options pre-sized for them.
+fn load_size(args: &Args, ds: &Dataset, from_file: bool) -> (usize, CreateOptions) {
+    let n = match from_file {
+        false => args.tags.unwrap_or(DEFAULT_TAGS),
+        true => ds.base.len() + 2 * RARE_TAGS,
+    };
+    let opts = CreateOptions {
+        expected_tags: n as u64,
+        seed: Some(STORE_SEED),
+        ..Default::default()
+    };
+    (n, opts)
+}
+
 /// Writes the tags `compare` would bulk load, one TSV line each.
 fn write_tsv(args: &Args, path: &std::path::Path) -> Result<()> {
     use std::io::Write;
     let (ds, load_report, _) = dataset(args)?;
-    let n = match load_report {
-        None => args.tags.unwrap_or(DEFAULT_TAGS),
-        Some(_) => ds.base.len() + 2 * RARE_TAGS,
-    };
-    let geo = CreateOptions {
-        expected_tags: n as u64,
-        seed: Some(STORE_SEED),
-        ..Default::default()
-    }
-    .geometry();
+    let (_, opts) = load_size(args, &ds, load_report.is_some());
+    let geo = opts.geometry();
     let (tags, _) = ds.with_plants(
         STORE_SEED,
         geo.primary_buckets_per_half,
@@ -411,17 +419,7 @@ fn compare(args: &Args) -> Result<()> {
     let machine = Machine::probe();
     machine.print();
     let (ds, load_report, gen_s) = dataset(args)?;
-    // The synthetic generator plants its two rare keys inside its N; a file
-    // data set gets them on top.
-    let n = match load_report {
-        None => args.tags.unwrap_or(DEFAULT_TAGS),
-        Some(_) => ds.base.len() + 2 * RARE_TAGS,
-    };
-    let opts = CreateOptions {
-        expected_tags: n as u64,
-        seed: Some(STORE_SEED),
-        ..Default::default()
-    };
+    let (n, opts) = load_size(args, &ds, load_report.is_some());
     let geo = opts.geometry();
     let store_opts = if args.no_size_hint {
         CreateOptions {
