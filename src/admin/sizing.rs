@@ -13,9 +13,14 @@ use crate::format::hash::key_hash;
 use crate::format::{Geometry, Half, Tag, SLOTS_PER_BLOCK};
 
 /// Mean primary fills tried, emptiest first (the fullest packs the most).
-const FILLS: [f64; 7] = [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85];
+/// Past 1.0 most primaries overflow, which pays when one half has far
+/// fewer keys than tags (its primaries stay part empty at any lower fill).
+const FILLS: [f64; 11] = [0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.1];
+/// Fills past this make most chains overflow (FIND by object then reads
+/// a secondary block too): taken only if [`WORTH_OVERFULL`] smaller.
+const OVERFULL: f64 = 0.85;
 /// Blocks per secondary bucket tried.
-const SECONDARY: [u32; 3] = [16, 8, 4];
+const SECONDARY: [u32; 4] = [16, 8, 4, 2];
 /// A fuller geometry, or one of smaller secondary buckets, is taken only
 /// if its file is smaller than the best so far by this factor.
 const WORTH: f64 = 0.98;
@@ -23,6 +28,10 @@ const WORTH: f64 = 0.98;
 /// the blocks (measured 10–15 % slower, benches/README.md): taken only if
 /// the file is smaller by this factor.
 const WORTH_LARGER_PRIMARY: f64 = 0.95;
+/// Fuller than [`OVERFULL`] FIND by object was about 10 % slower on 2.5 M
+/// file-ownership tags (benches/README.md): taken only if the file is
+/// smaller by this factor.
+const WORTH_OVERFULL: f64 = 0.95;
 /// Share of the live tags a packed store takes before it splits again.
 pub const HEADROOM: f64 = 0.03;
 
@@ -33,6 +42,8 @@ pub struct Planner {
     /// Candidate bucket counts per half, all even (so half of one is a
     /// candidate too, for primaries twice as large).
     buckets: Vec<u32>,
+    /// Mean primary fill of each candidate.
+    fills: Vec<f64>,
     /// `counts[c][half]`: tags per bucket of candidate `c`.
     counts: Vec<[Vec<u32>; 2]>,
 }
@@ -42,15 +53,16 @@ impl Planner {
     /// uses) with primary buckets of `bp` blocks (and of `2·bp`).
     pub fn new(tags: u64, bp: u32) -> Planner {
         let bp = bp.max(1);
-        let mut buckets: Vec<u32> = FILLS
-            .iter()
-            .map(|f| {
-                let cap = (bp as u64 * SLOTS_PER_BLOCK as u64) as f64 * f;
-                let n = (tags.max(1) as f64 / cap).ceil().clamp(2.0, 1e9) as u32;
-                n + n % 2
-            })
-            .collect();
-        buckets.dedup();
+        let mut buckets: Vec<u32> = Vec::new();
+        let mut fills = Vec::new();
+        for f in FILLS {
+            let cap = (bp as u64 * SLOTS_PER_BLOCK as u64) as f64 * f;
+            let n = (tags.max(1) as f64 / cap).ceil().clamp(2.0, 1e9) as u32;
+            if buckets.last() != Some(&(n + n % 2)) {
+                buckets.push(n + n % 2);
+                fills.push(f);
+            }
+        }
         let counts = buckets
             .iter()
             .map(|&n| [vec![0u32; n as usize], vec![0u32; n as usize]])
@@ -58,6 +70,7 @@ impl Planner {
         Planner {
             bp,
             buckets,
+            fills,
             counts,
         }
     }
@@ -96,14 +109,14 @@ impl Planner {
         Ok(())
     }
 
-    /// The geometry with the smallest file, preferring (unless the file is
+    /// The geometry with the smallest file (its size plus its disk use), preferring (unless the file is
     /// [`WORTH`] smaller) emptier primary buckets and larger secondary
-    /// ones, and (unless [`WORTH_LARGER_PRIMARY`]) primaries of `bp`
-    /// blocks. `bp_only` keeps the primaries at `bp` blocks; `bs_only`
+    /// ones, (unless [`WORTH_LARGER_PRIMARY`]) primaries of `bp` blocks,
+    /// and (unless [`WORTH_OVERFULL`]) fills up to [`OVERFULL`]. `bp_only` keeps the primaries at `bp` blocks; `bs_only`
     /// fixes the secondary bucket size.
     pub fn choose(&self, bp_only: bool, bs_only: Option<u32>) -> Geometry {
         let folds: &[u32] = if bp_only { &[1] } else { &[1, 2] };
-        let mut best: Option<(Geometry, u64)> = None;
+        let mut best: Option<(Geometry, u64, f64)> = None;
         for &fold in folds {
             for (c, &n) in self.buckets.iter().enumerate() {
                 for bs in SECONDARY {
@@ -116,21 +129,25 @@ impl Planner {
                     if g.validate_new().is_err() {
                         continue;
                     }
-                    let blocks = self.blocks(c, fold, bs);
+                    // The file's size and its disk use count alike.
+                    let (apparent, written) = self.size(c, fold, bs);
+                    let blocks = apparent + written;
+                    let fill = self.fills[c];
                     let worth = match best {
-                        Some((b, _)) if b.blocks_per_primary < g.blocks_per_primary => {
+                        Some((b, _, _)) if b.blocks_per_primary < g.blocks_per_primary => {
                             WORTH_LARGER_PRIMARY
                         }
+                        Some((_, _, f)) if f <= OVERFULL && fill > OVERFULL => WORTH_OVERFULL,
                         _ => WORTH,
                     };
                     match best {
-                        Some((_, b)) if blocks as f64 >= b as f64 * worth => {}
-                        _ => best = Some((g, blocks)),
+                        Some((_, b, _)) if blocks as f64 >= b as f64 * worth => {}
+                        _ => best = Some((g, blocks, fill)),
                     }
                 }
             }
         }
-        best.map(|(g, _)| g).unwrap_or(Geometry {
+        best.map(|(g, _, _)| g).unwrap_or(Geometry {
             primary_buckets_per_half: self.buckets[0],
             blocks_per_primary: self.bp,
             blocks_per_secondary: bs_only.unwrap_or(SECONDARY[0]),
@@ -141,19 +158,30 @@ impl Planner {
     /// `fold` at a time (primaries of `fold·bp` blocks) and secondary
     /// buckets of `bs` blocks: both halves' primaries, every chain's
     /// secondary buckets, and the superblock and intent record.
+    #[cfg(test)]
     pub fn blocks(&self, c: usize, fold: u32, bs: u32) -> u64 {
+        self.size(c, fold, bs).0
+    }
+
+    /// The file's blocks and the blocks written (allocated) for candidate
+    /// `c` (see [`Planner::blocks`]): the rewrite fills each bucket's
+    /// blocks in order and never writes the empty ones after its last tag.
+    fn size(&self, c: usize, fold: u32, bs: u32) -> (u64, u64) {
         let n = (self.buckets[c] / fold) as usize;
         let bp = (self.bp * fold) as u64;
-        let cap_p = bp * SLOTS_PER_BLOCK as u64;
-        let cap_s = bs as u64 * SLOTS_PER_BLOCK as u64;
+        let per = SLOTS_PER_BLOCK as u64;
+        let (cap_p, cap_s) = (bp * per, bs as u64 * per);
         let mut blocks = 2 + 2 * n as u64 * bp;
+        let mut written = 2;
         for half in &self.counts[c] {
             for b in 0..n {
                 let load: u64 = (0..fold as usize).map(|k| half[b + k * n] as u64).sum();
-                blocks += load.saturating_sub(cap_p).div_ceil(cap_s) * bs as u64;
+                let over = load.saturating_sub(cap_p);
+                blocks += over.div_ceil(cap_s) * bs as u64;
+                written += load.min(cap_p).div_ceil(per) + over.div_ceil(per);
             }
         }
-        blocks
+        (blocks, written)
     }
 }
 
@@ -168,6 +196,7 @@ pub fn allowance(g: &Geometry, tags: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::Tag;
 
     /// The estimate counts a chain's secondary buckets from its load.
     #[test]
@@ -185,6 +214,52 @@ mod tests {
         assert_eq!(p.blocks(c, 2, 4), 2 + 2 * (n / 2) as u64 * 8);
         p.counts[c][1][n - 1] = 100 + 3 * 100 + 1;
         assert_eq!(p.blocks(c, 1, 4), 2 + 2 * n as u64 * 4 + 4 + 16);
+    }
+
+    /// Written blocks count each bucket's blocks up to its last tag.
+    #[test]
+    fn written_blocks_stop_at_the_last_tag() {
+        let mut p = Planner::new(1000, 4);
+        let c = 0;
+        let n = p.buckets[c] as usize;
+        for h in 0..2 {
+            p.counts[c][h].iter_mut().for_each(|x| *x = 0);
+        }
+        // 26 tags: two blocks of the primary; 130: the primary's four,
+        // then 30 tags in two blocks of an 8-block secondary bucket.
+        p.counts[c][0][0] = 26;
+        p.counts[c][1][n - 1] = 130;
+        assert_eq!(p.size(c, 1, 8), (2 + 2 * n as u64 * 4 + 8, 2 + 2 + 4 + 2));
+    }
+
+    /// Regression (issue 14): one tag per object but few subjects, each
+    /// larger than a bucket (file-ownership data). With fills up to 0.85
+    /// most of the subject half's primary slots stayed empty: 454 B per
+    /// live tag where 416 was the target. The planner now packs past it.
+    #[test]
+    fn few_large_subject_keys_pack_past_the_overfull_line() {
+        let tags = 60_000u64;
+        let mut p = Planner::new(tags, 4);
+        for i in 0..tags {
+            let t = Tag::new(format!("file-{i}"), "owner", format!("user-{}", i % 600));
+            p.add(7, Half::Object, &t);
+            p.add(7, Half::Subject, &t);
+        }
+        let g = p.choose(false, None);
+        let c = p
+            .buckets
+            .iter()
+            .position(|&n| n == g.primary_buckets_per_half * (g.blocks_per_primary / 4));
+        let c = c.expect("the chosen bucket count is a candidate's");
+        let (apparent, written) = p.size(c, g.blocks_per_primary / 4, g.blocks_per_secondary);
+        // Two 160-byte slots per tag are 2/25 of a block.
+        let least = (2 * tags).div_ceil(SLOTS_PER_BLOCK as u64);
+        assert!(p.fills[c] > OVERFULL, "{g:?}");
+        assert!(
+            (apparent as f64) <= 1.25 * least as f64,
+            "{apparent} blocks for {g:?}"
+        );
+        assert!(written <= apparent);
     }
 
     #[test]
