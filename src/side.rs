@@ -105,6 +105,24 @@ impl AppendLog {
         Ok(())
     }
 
+    /// Reads the log from byte `from` to its end.
+    pub fn read_from(&self, from: u64) -> Result<Vec<u8>> {
+        let n = usize::try_from(self.len.saturating_sub(from))
+            .map_err(|_| Error::corrupt(format!("{} is too large", self.path.display())))?;
+        let mut data = vec![0u8; n];
+        self.file
+            .read_exact_at(&mut data, from)
+            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
+        Ok(data)
+    }
+
+    /// A second handle on the log's file (the same inode, even once renamed over).
+    pub fn handle(&self) -> Result<File> {
+        self.file
+            .try_clone()
+            .map_err(|e| Error::io(format!("opening {}", self.path.display()), e))
+    }
+
     /// Cuts the log to `len` bytes, durably.
     pub fn truncate(&mut self, len: u64) -> Result<()> {
         self.file
@@ -172,11 +190,12 @@ pub fn resolve_new(path: &Path) -> Result<PathBuf> {
 }
 
 /// Temporaries an interrupted run can leave beside a store: a counts
-/// rewrite, a maintenance rewrite and that rewrite's own side files.
+/// rewrite or fold, a maintenance rewrite and that rewrite's own side files.
 pub fn temporaries(store: &Path) -> Vec<PathBuf> {
     let maint = side_path(store, "maintain.tmp");
     vec![
         side_path(store, "counts.tmp"),
+        side_path(store, "counts.fold"),
         side_path(&maint, "counts"),
         side_path(&maint, "counts.tmp"),
         side_path(&maint, "journal"),

@@ -51,8 +51,18 @@ impl Store {
                 t.display()
             ));
         }
+        // A writable handle removed every stale temporary at open: a counts
+        // fold found now is its own, running.
+        let own_fold = self
+            .read()
+            .pager()
+            .writable()
+            .then(|| crate::counts::fold_path(self.path()));
         for t in crate::side::temporaries(self.path()) {
-            if t.exists() && !self.removed_temporaries().contains(&t) {
+            if t.exists()
+                && !self.removed_temporaries().contains(&t)
+                && Some(&t) != own_fold.as_ref()
+            {
                 r.notes.push(format!(
                     "stale temporary {} left by an interrupted run; the next writable open removes it",
                     t.display()

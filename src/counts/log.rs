@@ -1,5 +1,6 @@
 //! `STORE.counts`: a header, then CRC-framed records (a snapshot, then one per merge).
 
+use super::fold::{Fold, BACKGROUND_FOLD_MIN};
 use super::increment::IncrementId;
 use super::model::Counts;
 use crate::error::{Error, Result};
@@ -77,9 +78,86 @@ pub(super) fn frame(rec: &RecordRef<'_>) -> Result<Vec<u8>> {
 
 /// The counts file: header then CRC-framed records.
 pub struct CountsFile {
-    log: AppendLog,
-    seed: u64,
-    snapshot_len: u64,
+    pub(super) log: AppendLog,
+    pub(super) seed: u64,
+    pub(super) snapshot_len: u64,
+    /// A fold running on another thread ([`super::fold`]).
+    pub(super) fold: Option<Fold>,
+}
+
+/// What a counts file's bytes hold, up to the first record that does not
+/// read back whole (a torn or damaged tail).
+pub(super) struct Parsed {
+    /// The counts after the last whole record.
+    pub counts: Counts,
+    /// Bytes up to the end of that record.
+    pub end: usize,
+    /// Length of the snapshot record, framing included.
+    pub snapshot_len: u64,
+}
+
+/// Reads the records of a counts file's bytes; `None` when they are not a
+/// counts file of `seed` holding a snapshot.
+pub(super) fn parse(data: &[u8], seed: u64) -> Option<Parsed> {
+    if data.len() < HEADER || &data[..8] != MAGIC || data[8..16] != seed.to_le_bytes() {
+        return None;
+    }
+    let mut at = HEADER;
+    let mut counts: Option<Counts> = None;
+    let mut snapshot_len = 0;
+    while data.len() >= at + 8 {
+        let (len, crc) = (rd32(data, at) as usize, rd32(data, at + 4));
+        let Some(body) = data.get(at + 8..at + 8 + len) else {
+            break;
+        };
+        if crc32fast::hash(body) != crc {
+            break;
+        }
+        let Ok((rec, _)) =
+            bincode::serde::decode_from_slice::<Record, _>(body, bincode::config::standard())
+        else {
+            break;
+        };
+        match (rec, counts.as_mut()) {
+            (
+                Record::Snapshot {
+                    version,
+                    own_only,
+                    counts: list,
+                    processed,
+                },
+                None,
+            ) => {
+                let mut c = Counts::empty(version, own_only);
+                c.load_snapshot(list);
+                c.processed = processed.into_iter().collect();
+                snapshot_len = (8 + len) as u64;
+                counts = Some(c);
+            }
+            (
+                Record::Merge {
+                    version,
+                    ids,
+                    deltas,
+                    foreign,
+                },
+                Some(c),
+            ) if version == c.version + 1 => {
+                c.reserve_for(deltas.iter().map(|(r, _, _)| r.as_str()));
+                c.apply(deltas.iter().map(|(r, s, d)| (r.as_str(), s.as_str(), *d)));
+                c.processed.extend(ids);
+                c.version = version;
+                c.own_only &= !foreign;
+            }
+            _ => break,
+        }
+        at += 8 + len;
+    }
+    counts.map(|counts| Parsed {
+        counts,
+        end: at,
+        snapshot_len,
+    })
 }
 
 impl CountsFile {
@@ -89,67 +167,18 @@ impl CountsFile {
             return Ok(None);
         };
         let data = log.read_all()?;
-        if data.len() < HEADER || &data[..8] != MAGIC || data[8..16] != seed.to_le_bytes() {
-            return Ok(None);
-        }
-        let mut at = HEADER;
-        let mut counts: Option<Counts> = None;
-        let mut snapshot_len = 0;
-        while data.len() >= at + 8 {
-            let (len, crc) = (rd32(&data, at) as usize, rd32(&data, at + 4));
-            let Some(body) = data.get(at + 8..at + 8 + len) else {
-                break;
-            };
-            if crc32fast::hash(body) != crc {
-                break;
-            }
-            let Ok((rec, _)) =
-                bincode::serde::decode_from_slice::<Record, _>(body, bincode::config::standard())
-            else {
-                break;
-            };
-            match (rec, counts.as_mut()) {
-                (
-                    Record::Snapshot {
-                        version,
-                        own_only,
-                        counts: list,
-                        processed,
-                    },
-                    None,
-                ) => {
-                    let mut c = Counts::empty(version, own_only);
-                    c.load_snapshot(list);
-                    c.processed = processed.into_iter().collect();
-                    snapshot_len = (8 + len) as u64;
-                    counts = Some(c);
-                }
-                (
-                    Record::Merge {
-                        version,
-                        ids,
-                        deltas,
-                        foreign,
-                    },
-                    Some(c),
-                ) if version == c.version + 1 => {
-                    c.reserve_for(deltas.iter().map(|(r, _, _)| r.as_str()));
-                    c.apply(deltas.iter().map(|(r, s, d)| (r.as_str(), s.as_str(), *d)));
-                    c.processed.extend(ids);
-                    c.version = version;
-                    c.own_only &= !foreign;
-                }
-                _ => break,
-            }
-            at += 8 + len;
-        }
-        let Some(mut counts) = counts else {
+        let Some(Parsed {
+            mut counts,
+            end,
+            snapshot_len,
+        }) = parse(&data, seed)
+        else {
             return Ok(None);
         };
-        counts.cut = at < data.len();
+        counts.cut = end < data.len();
         // A torn last merge was never acknowledged: cut it off.
-        if writable && at < data.len() {
-            log.truncate(at as u64)?;
+        if writable && end < data.len() {
+            log.truncate(end as u64)?;
         }
         Ok(Some((
             counts,
@@ -157,6 +186,7 @@ impl CountsFile {
                 log,
                 seed,
                 snapshot_len,
+                fold: None,
             },
         )))
     }
@@ -168,6 +198,7 @@ impl CountsFile {
             log: AppendLog::create(side_path(&path, "tmp"))?,
             seed,
             snapshot_len: 0,
+            fold: None,
         };
         let mut buf = Vec::with_capacity(HEADER);
         buf.extend_from_slice(MAGIC);
@@ -185,10 +216,17 @@ impl CountsFile {
     }
 
     /// Folds the file into one snapshot of `counts` once the merge log has
-    /// grown enough ([`CountsFile::wants_compaction`]).
+    /// grown enough ([`CountsFile::wants_compaction`]): in place while the
+    /// snapshot is small, on another thread from [`BACKGROUND_FOLD_MIN`]
+    /// bytes (swapped in by a later call once done).
     pub fn fold_if_grown(&mut self, store: &Path, counts: &Counts) -> Result<()> {
-        if self.wants_compaction() {
-            self.compact(store, counts)?;
+        self.finish_fold(store, false)?;
+        if self.fold.is_none() && self.wants_compaction() {
+            if self.snapshot_len >= BACKGROUND_FOLD_MIN {
+                self.start_fold(store)?;
+            } else {
+                self.compact(store, counts)?;
+            }
         }
         Ok(())
     }
@@ -205,8 +243,10 @@ impl CountsFile {
         self.log.len() > HEADER as u64 + 2 * self.snapshot_len.max(COMPACT_MIN)
     }
 
-    /// Rewrites the file as a single snapshot of `counts`.
+    /// Rewrites the file as a single snapshot of `counts` (a background
+    /// fold in progress is dropped first).
     pub fn compact(&mut self, store: &Path, counts: &Counts) -> Result<()> {
+        self.fold = None;
         *self = CountsFile::create(store, self.seed, counts)?;
         Ok(())
     }

@@ -13,12 +13,14 @@
 //! scan of the tags) when it asks for counts.
 
 mod append;
+mod fold;
 mod increment;
 mod log;
 mod model;
 mod pending;
 
 pub use append::{append_own, cloud_unloaded, count_unloaded};
+pub use fold::fold_path;
 pub use increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
 pub use log::{counts_path, CountsFile};
 pub use model::Counts;
