@@ -8,7 +8,7 @@
 //! over `STORE.counts`. Until then the old file stays the file: a crash or
 //! a dropped fold leaves it whole, and the temporary is removed.
 
-use super::log::{frame, parse, CountsFile, HEADER, MAGIC};
+use super::log::{parse, snapshot_file, CountsFile, HEADER};
 use crate::error::{Error, Result};
 use crate::side::{side_path, AppendLog};
 use std::fs::File;
@@ -93,12 +93,8 @@ fn write_folded(file: &File, seed: u64, covered: u64, to: PathBuf) -> Result<(Ap
         }
     };
     drop(data);
-    let mut buf = Vec::with_capacity(HEADER);
-    buf.extend_from_slice(MAGIC);
-    buf.extend_from_slice(&seed.to_le_bytes());
-    buf.extend_from_slice(&frame(&counts.snapshot())?);
     let mut log = AppendLog::create(to)?;
-    log.append(&buf)?;
+    log.append(&snapshot_file(seed, &counts)?)?;
     let snapshot = log.len() - HEADER as u64;
     Ok((log, snapshot))
 }

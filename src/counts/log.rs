@@ -76,6 +76,15 @@ pub(super) fn frame(rec: &RecordRef<'_>) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The bytes of a counts file holding one snapshot of `counts`.
+pub(super) fn snapshot_file(seed: u64, counts: &Counts) -> Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(HEADER);
+    buf.extend_from_slice(MAGIC);
+    buf.extend_from_slice(&seed.to_le_bytes());
+    buf.extend_from_slice(&frame(&counts.snapshot())?);
+    Ok(buf)
+}
+
 /// The counts file: header then CRC-framed records.
 pub struct CountsFile {
     pub(super) log: AppendLog,
@@ -200,11 +209,7 @@ impl CountsFile {
             snapshot_len: 0,
             fold: None,
         };
-        let mut buf = Vec::with_capacity(HEADER);
-        buf.extend_from_slice(MAGIC);
-        buf.extend_from_slice(&seed.to_le_bytes());
-        buf.extend_from_slice(&frame(&counts.snapshot())?);
-        f.log.append(&buf)?;
+        f.log.append(&snapshot_file(seed, counts)?)?;
         f.snapshot_len = f.log.len() - HEADER as u64;
         f.log.rename(path)?;
         Ok(f)
