@@ -94,6 +94,15 @@ impl Loaded {
         Ok(out)
     }
 
+    /// Waits for a background fold of the file, if one runs, and swaps it
+    /// in (at close: the next load then reads one snapshot, not the log).
+    pub fn settle(&mut self, store: &Path) -> Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.finish_fold(store, true),
+            None => Ok(()),
+        }
+    }
+
     /// Merges a handle's own changes as increment `id`, one version (with
     /// whatever is queued, if anything is); folds the log when it has grown.
     /// If the merge fails, the changes stay queued for the next one.

@@ -291,6 +291,7 @@ impl Store {
             if l.counts.queued() > 0 {
                 l.merge(self.path(), self.writer_id)?;
             }
+            l.settle(self.path())?;
         }
         Ok(())
     }
