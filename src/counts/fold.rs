@@ -35,16 +35,19 @@ pub fn fold_path(store: &Path) -> PathBuf {
 
 impl Fold {
     /// Starts folding the first `covered` bytes of `file` (a handle on the
-    /// counts file) into `STORE.counts.fold`.
-    pub(super) fn start(store: &Path, seed: u64, file: File, covered: u64) -> Fold {
+    /// counts file) into `STORE.counts.fold`; `None` if no thread starts.
+    pub(super) fn start(store: &Path, seed: u64, file: File, covered: u64) -> Option<Fold> {
         let tmp = fold_path(store);
         let to = tmp.clone();
-        let thread = std::thread::spawn(move || write_folded(&file, seed, covered, to));
-        Fold {
+        let thread = std::thread::Builder::new()
+            .name("tagstore-counts-fold".into())
+            .spawn(move || write_folded(&file, seed, covered, to))
+            .ok()?;
+        Some(Fold {
             covered,
             tmp,
             thread: Some(thread),
-        }
+        })
     }
 
     /// True once the thread has finished.
@@ -77,6 +80,17 @@ impl Drop for Fold {
     }
 }
 
+/// While set, background folds wait after writing their file, before they
+/// end (tests: a fold still running when its handle is dropped).
+#[cfg(feature = "test-hooks")]
+static HOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes background counts folds wait before they end, or lets them go (tests).
+#[cfg(feature = "test-hooks")]
+pub fn hold_counts_folds(hold: bool) {
+    HOLD.store(hold, std::sync::atomic::Ordering::SeqCst);
+}
+
 /// The thread's work: parse `covered` bytes, write one snapshot to `to`.
 fn write_folded(file: &File, seed: u64, covered: u64, to: PathBuf) -> Result<(AppendLog, u64)> {
     let len = usize::try_from(covered)
@@ -96,6 +110,10 @@ fn write_folded(file: &File, seed: u64, covered: u64, to: PathBuf) -> Result<(Ap
     let mut log = AppendLog::create(to)?;
     log.append(&snapshot_file(seed, &counts)?)?;
     let snapshot = log.len() - HEADER as u64;
+    #[cfg(feature = "test-hooks")]
+    while HOLD.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     Ok((log, snapshot))
 }
 
@@ -126,16 +144,22 @@ impl CountsFile {
             }
             Err(_) => {
                 let _ = std::fs::remove_file(&fold.tmp);
+                // Not again at every merge (a full disk would re-read the
+                // whole file each time): after another snapshot's worth.
+                self.fold_retry_at = self.log.len() + self.snapshot_len;
             }
         }
         Ok(())
     }
 
-    /// Starts folding the file on another thread.
-    pub(super) fn start_fold(&mut self, store: &Path) -> Result<()> {
-        let file = self.log.handle()?;
-        self.fold = Some(Fold::start(store, self.seed, file, self.log.len()));
-        Ok(())
+    /// Starts folding the file on another thread; false (nothing started)
+    /// if no thread could be made, and the caller folds in place.
+    pub(super) fn start_fold(&mut self, store: &Path) -> bool {
+        let Ok(file) = self.log.handle() else {
+            return false;
+        };
+        self.fold = Fold::start(store, self.seed, file, self.log.len());
+        self.fold.is_some()
     }
 
     /// True while a background fold is running or waiting to be swapped in.
@@ -182,7 +206,7 @@ mod tests {
             merge(&mut c, &mut f, seq, "a", 500);
         }
         let before = f.log.len();
-        f.start_fold(&store).expect("start");
+        assert!(f.start_fold(&store));
         assert!(f.folding());
         merge(&mut c, &mut f, 6, "b", 40);
         merge(&mut c, &mut f, 7, "a", 10);
@@ -221,7 +245,7 @@ mod tests {
             merge(&mut c, &mut f, seq, "a", 100);
         }
         let len = std::fs::metadata(counts_path(&store)).expect("stat").len();
-        f.start_fold(&store).expect("start");
+        assert!(f.start_fold(&store));
         merge(&mut c, &mut f, 3, "b", 10);
         drop(f);
         assert!(!fold_path(&store).exists());

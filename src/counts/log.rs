@@ -92,6 +92,8 @@ pub struct CountsFile {
     pub(super) snapshot_len: u64,
     /// A fold running on another thread ([`super::fold`]).
     pub(super) fold: Option<Fold>,
+    /// Log length before which no background fold starts again (one failed).
+    pub(super) fold_retry_at: u64,
 }
 
 /// What a counts file's bytes hold, up to the first record that does not
@@ -196,6 +198,7 @@ impl CountsFile {
                 seed,
                 snapshot_len,
                 fold: None,
+                fold_retry_at: 0,
             },
         )))
     }
@@ -208,6 +211,7 @@ impl CountsFile {
             seed,
             snapshot_len: 0,
             fold: None,
+            fold_retry_at: 0,
         };
         f.log.append(&snapshot_file(seed, counts)?)?;
         f.snapshot_len = f.log.len() - HEADER as u64;
@@ -227,9 +231,11 @@ impl CountsFile {
     pub fn fold_if_grown(&mut self, store: &Path, counts: &Counts) -> Result<()> {
         self.finish_fold(store, false)?;
         if self.fold.is_none() && self.wants_compaction() {
-            if self.snapshot_len >= BACKGROUND_FOLD_MIN {
-                self.start_fold(store)?;
-            } else {
+            let background = self.snapshot_len >= BACKGROUND_FOLD_MIN;
+            if background && self.log.len() < self.fold_retry_at {
+                return Ok(());
+            }
+            if !(background && self.start_fold(store)) {
                 self.compact(store, counts)?;
             }
         }

@@ -21,6 +21,8 @@ mod pending;
 
 pub use append::{append_own, cloud_unloaded, count_unloaded};
 pub use fold::fold_path;
+#[cfg(feature = "test-hooks")]
+pub use fold::hold_counts_folds;
 pub use increment::{CloudEntry, Increment, IncrementId, MergeOutcome};
 pub use log::{counts_path, CountsFile};
 pub use model::Counts;

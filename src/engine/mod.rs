@@ -503,6 +503,15 @@ impl Drop for Store {
         if !closed {
             let _ = self.finish_counts();
         }
+        // A background fold of the counts (its thread and its temporary)
+        // ends before the store's lock is let go: the next writable open
+        // must not find it running and take it for a stale temporary.
+        drop(
+            self.counts
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         // Best effort: errors here cannot be reported; the next open rebuilds.
         let _ = g.close();
