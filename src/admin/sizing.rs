@@ -158,18 +158,12 @@ impl Planner {
         })
     }
 
-    /// Blocks the rewrite would take with candidate `c`'s buckets merged
-    /// `fold` at a time (primaries of `fold·bp` blocks) and secondary
-    /// buckets of `bs` blocks: both halves' primaries, every chain's
-    /// secondary buckets, and the superblock and intent record.
-    #[cfg(test)]
-    pub fn blocks(&self, c: usize, fold: u32, bs: u32) -> u64 {
-        self.size(c, fold, bs).0
-    }
-
-    /// The file's blocks and the blocks written (allocated) for candidate
-    /// `c` (see [`Planner::blocks`]): the rewrite fills each bucket's
-    /// blocks in order and never writes the empty ones after its last tag.
+    /// The blocks the rewrite would take, and those it writes (allocates),
+    /// with candidate `c`'s buckets merged `fold` at a time (primaries of
+    /// `fold·bp` blocks) and secondary buckets of `bs` blocks: both halves'
+    /// primaries, every chain's secondary buckets, and the superblock and
+    /// intent record. The rewrite fills each bucket's blocks in order and
+    /// never writes the empty ones after its last tag.
     fn size(&self, c: usize, fold: u32, bs: u32) -> (u64, u64) {
         let n = (self.buckets[c] / fold) as usize;
         let bp = (self.bp * fold) as u64;
@@ -213,11 +207,11 @@ mod tests {
         }
         // One bucket of 100 slots holding 101 tags: one secondary bucket.
         p.counts[c][0][0] = 101;
-        assert_eq!(p.blocks(c, 1, 4), 2 + 2 * n as u64 * 4 + 4);
+        assert_eq!(p.size(c, 1, 4).0, 2 + 2 * n as u64 * 4 + 4);
         // Folded in pairs: 200-slot primaries hold it.
-        assert_eq!(p.blocks(c, 2, 4), 2 + 2 * (n / 2) as u64 * 8);
+        assert_eq!(p.size(c, 2, 4).0, 2 + 2 * (n / 2) as u64 * 8);
         p.counts[c][1][n - 1] = 100 + 3 * 100 + 1;
-        assert_eq!(p.blocks(c, 1, 4), 2 + 2 * n as u64 * 4 + 4 + 16);
+        assert_eq!(p.size(c, 1, 4).0, 2 + 2 * n as u64 * 4 + 4 + 16);
     }
 
     /// Written blocks count each bucket's blocks up to its last tag.

@@ -6,11 +6,10 @@
 //! `tagstore count` as long to read one.
 
 use super::increment::{CloudEntry, IncrementId};
-use super::log::{counts_path, frame, RecordRef, COMPACT_MIN, HEADER, MAGIC};
+use super::log::{counts_path, frame, frames, RecordRef, COMPACT_MIN, HEADER};
 use super::model::weigh;
 use super::pending::SharedDeltas;
 use crate::error::Result;
-use crate::format::bytes::rd32;
 use crate::side::AppendLog;
 use serde::Deserialize;
 use std::path::Path;
@@ -71,10 +70,7 @@ fn scan<'d>(
     seed: u64,
     mut visit: impl FnMut(&'d str, &'d str, i64),
 ) -> Option<Scan> {
-    if data.len() < HEADER || &data[..8] != MAGIC || data[8..16] != seed.to_le_bytes() {
-        return None;
-    }
-    let mut at = HEADER;
+    let mut end = HEADER;
     let mut found: Option<Scan> = None;
     let mut sum = |list: &[(&'d str, &'d str, i64)], sc: &mut Scan| {
         for &(r, s, n) in list {
@@ -82,12 +78,7 @@ fn scan<'d>(
             visit(r, s, n);
         }
     };
-    while data.len() >= at + 8 {
-        let (len, crc) = (rd32(data, at) as usize, rd32(data, at + 4));
-        let body = data.get(at + 8..at + 8 + len)?;
-        if crc32fast::hash(body) != crc {
-            return None;
-        }
+    for (body, next) in frames(data, seed)? {
         let (rec, _) =
             bincode::serde::borrow_decode_from_slice::<Peek, _>(body, bincode::config::standard())
                 .ok()?;
@@ -105,7 +96,7 @@ fn scan<'d>(
                     version,
                     own_only,
                     total: 0,
-                    snapshot_len: (8 + len) as u64,
+                    snapshot_len: (next - end) as u64,
                 };
                 sum(&counts, &mut sc);
                 found = Some(sc);
@@ -125,9 +116,10 @@ fn scan<'d>(
             }
             _ => return None,
         }
-        at += 8 + len;
+        end = next;
     }
-    found.filter(|_| at == data.len())
+    // A torn or damaged frame ended the frames early.
+    found.filter(|_| end == data.len())
 }
 
 /// Appends `deltas` as merge `id` if the counts file can take it blindly:

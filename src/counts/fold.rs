@@ -124,11 +124,7 @@ impl CountsFile {
     /// failed is dropped, leaving the old file (the next merge may start
     /// another).
     pub(super) fn finish_fold(&mut self, store: &Path, wait: bool) -> Result<()> {
-        match self.fold.as_ref() {
-            Some(f) if wait || f.done() => {}
-            _ => return Ok(()),
-        }
-        let Some(mut fold) = self.fold.take() else {
+        let Some(mut fold) = self.fold.take_if(|f| wait || f.done()) else {
             return Ok(());
         };
         let swapped = fold.join().and_then(|(mut new, snapshot)| {

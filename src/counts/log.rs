@@ -107,23 +107,35 @@ pub(super) struct Parsed {
     pub snapshot_len: u64,
 }
 
-/// Reads the records of a counts file's bytes; `None` when they are not a
-/// counts file of `seed` holding a snapshot.
-pub(super) fn parse(data: &[u8], seed: u64) -> Option<Parsed> {
+/// The CRC-checked record bodies of a counts file's bytes, in order, each
+/// with the offset just past its frame; ends at the first torn or damaged
+/// frame. `None` unless the header is that of a counts file of `seed`.
+pub(super) fn frames(data: &[u8], seed: u64) -> Option<impl Iterator<Item = (&[u8], usize)>> {
     if data.len() < HEADER || &data[..8] != MAGIC || data[8..16] != seed.to_le_bytes() {
         return None;
     }
     let mut at = HEADER;
+    Some(std::iter::from_fn(move || {
+        if data.len() < at + 8 {
+            return None;
+        }
+        let (len, crc) = (rd32(data, at) as usize, rd32(data, at + 4));
+        let body = data.get(at + 8..at + 8 + len)?;
+        if crc32fast::hash(body) != crc {
+            return None;
+        }
+        at += 8 + len;
+        Some((body, at))
+    }))
+}
+
+/// Reads the records of a counts file's bytes; `None` when they are not a
+/// counts file of `seed` holding a snapshot.
+pub(super) fn parse(data: &[u8], seed: u64) -> Option<Parsed> {
+    let mut end = HEADER;
     let mut counts: Option<Counts> = None;
     let mut snapshot_len = 0;
-    while data.len() >= at + 8 {
-        let (len, crc) = (rd32(data, at) as usize, rd32(data, at + 4));
-        let Some(body) = data.get(at + 8..at + 8 + len) else {
-            break;
-        };
-        if crc32fast::hash(body) != crc {
-            break;
-        }
+    for (body, next) in frames(data, seed)? {
         let Ok((rec, _)) =
             bincode::serde::decode_from_slice::<Record, _>(body, bincode::config::standard())
         else {
@@ -142,7 +154,7 @@ pub(super) fn parse(data: &[u8], seed: u64) -> Option<Parsed> {
                 let mut c = Counts::empty(version, own_only);
                 c.load_snapshot(list);
                 c.processed = processed.into_iter().collect();
-                snapshot_len = (8 + len) as u64;
+                snapshot_len = (next - end) as u64;
                 counts = Some(c);
             }
             (
@@ -162,11 +174,11 @@ pub(super) fn parse(data: &[u8], seed: u64) -> Option<Parsed> {
             }
             _ => break,
         }
-        at += 8 + len;
+        end = next;
     }
     counts.map(|counts| Parsed {
         counts,
-        end: at,
+        end,
         snapshot_len,
     })
 }
