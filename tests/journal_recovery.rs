@@ -8,8 +8,9 @@
 //!   store's own commits.
 //! * A journal left beside the path by an earlier store does not swallow the
 //!   commits of a store created there later.
-//! * A data block garbled in the store file (a torn 4 KB write) whose image
-//!   is in the journal is repaired on open.
+//! * A data block garbled in the store file (a 4 KB write torn while a
+//!   checkpoint copied it in) is repaired on open from the checkpoint's
+//!   image in the journal.
 //! * `open_read_only` of a store with a pending journal recovers it.
 //! * Replaying the same journal twice (a crash during recovery, before the
 //!   journal was emptied) gives the same store.
@@ -75,6 +76,9 @@ struct Durable {
     /// Store file at the last StoreSynced.
     store: Vec<u8>,
     store_syncs: usize,
+    /// At the last Applied (a checkpoint copied the private copies in, not
+    /// yet fsynced): the store file as last fsynced, and as it is live.
+    applied: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 /// Installs a sync hook on `store` (at `path`) that records the durable
@@ -96,7 +100,10 @@ fn record(store: &Store, path: &Path) -> Arc<Mutex<Durable>> {
                 d.store = fs::read(&path).expect("read store");
                 d.store_syncs += 1;
             }
-            SyncPoint::Applied => {}
+            SyncPoint::Applied => {
+                let live = fs::read(&path).expect("read store");
+                d.applied = Some((d.store.clone(), live));
+            }
         }
     })));
     d
@@ -188,7 +195,8 @@ struct Crashed {
     rec: Durable,
     /// The last durable journal.
     journal: Vec<u8>,
-    /// The store file as the crash left it (journal not yet applied).
+    /// The store file as the crash left it (nothing of the journal's round
+    /// in it; with [`checkpointed`], all of it, not yet fsynced).
     live: Vec<u8>,
     /// The store path.
     path: PathBuf,
@@ -198,18 +206,48 @@ struct Crashed {
 /// `inserts` and then deletes `deletes`, one call each (every call must
 /// change the store), and is abandoned.
 fn crashed(dir: &Path, seed: u64, inserts: &[Tag], deletes: &[Tag]) -> Crashed {
+    crash(dir, seed, inserts, deletes, false)
+}
+
+/// [`crashed`], but with a checkpoint after the inserts, and the crash
+/// inside a second one after the deletes, once the private copies were
+/// copied into the store file and before it was fsynced: `live` holds
+/// every change, `rec.store` the inserts only, and the journal holds the
+/// deletes (deltas from the first checkpoint's blocks) and then the
+/// second checkpoint's images.
+fn checkpointed(dir: &Path, seed: u64, inserts: &[Tag], deletes: &[Tag]) -> Crashed {
+    crash(dir, seed, inserts, deletes, true)
+}
+
+fn crash(dir: &Path, seed: u64, inserts: &[Tag], deletes: &[Tag], checkpoint: bool) -> Crashed {
     let path = dir.join(format!("s{seed}.tags"));
     let (store, d) = recorded(&path, seed, Durability::Immediate);
     for t in inserts {
         assert!(store.insert(t).expect("insert"), "{t:?} was already there");
     }
+    if checkpoint {
+        store.set_durability(Durability::None).expect("checkpoint");
+        store
+            .set_durability(Durability::Immediate)
+            .expect("journaled");
+    }
     for t in deletes {
         assert!(store.delete(t).expect("delete"), "{t:?} was not there");
     }
+    if checkpoint {
+        // Leaving the journaled modes checkpoints.
+        store.set_durability(Durability::None).expect("checkpoint");
+    }
     store.abandon();
-    let rec = take(&d);
+    let mut rec = take(&d);
     let journal = rec.journals.last().expect("journal").clone();
-    let live = fs::read(&path).expect("read the live store file");
+    let live = match rec.applied.take() {
+        Some((synced, live)) if checkpoint => {
+            rec.store = synced;
+            live
+        }
+        _ => fs::read(&path).expect("read the live store file"),
+    };
     Crashed {
         rec,
         journal,
@@ -287,11 +325,11 @@ fn foreign_journal_is_never_applied() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Store X: some tags, left unclean by a crash.
     let xs = tags(0..10);
-    let x = crashed(dir.path(), 21, &xs, &[]);
+    let x = checkpointed(dir.path(), 21, &xs, &[]);
     let (xrec, x_journal, x_live) = (x.rec, x.journal, x.live);
     // Store Y: same geometry, other seed; its images would fit X's blocks.
     // Delete some too, so Y's images empty blocks X uses.
-    let y_journal = crashed(dir.path(), 22, &tags(50..80), &tags(50..60)).journal;
+    let y_journal = checkpointed(dir.path(), 22, &tags(50..80), &tags(50..60)).journal;
     let want: BTreeSet<Tag> = xs.iter().cloned().collect();
 
     // Y's journal alone beside X's (applied) store file.
@@ -361,9 +399,9 @@ fn garbled_block_is_repaired_from_the_journal() {
     let all = tags(0..40);
     let Crashed {
         rec, journal, live, ..
-    } = crashed(dir.path(), 41, &all, &[]);
+    } = checkpointed(dir.path(), 41, &all, &all[..20]);
     // Blocks that differ from the last fsynced store file are all in the
-    // journal; tear each of them in turn.
+    // journal (the checkpoint's images); tear each of them in turn.
     let zero = [0u8; PAGE];
     let changed: Vec<usize> = (2..live.len() / PAGE)
         .filter(|b| {
@@ -371,8 +409,8 @@ fn garbled_block_is_repaired_from_the_journal() {
             old != &live[b * PAGE..(b + 1) * PAGE]
         })
         .collect();
-    assert!(changed.len() >= 4, "inserts changed blocks: {changed:?}");
-    let want: BTreeSet<Tag> = all.iter().cloned().collect();
+    assert!(changed.len() >= 4, "deletes changed blocks: {changed:?}");
+    let want: BTreeSet<Tag> = all[20..].iter().cloned().collect();
     for (i, &b) in changed.iter().enumerate() {
         let mut img = live.clone();
         let at = b * PAGE;

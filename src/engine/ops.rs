@@ -365,11 +365,6 @@ impl Store {
             self.lock().pager.poison();
             return Err(e);
         }
-        // Copy the durable images into the store file now if the lock is
-        // free (else the next writer does): a lone writer leaves the file current.
-        if let Ok(mut st) = self.state.try_write() {
-            st.pager.apply_durable()?;
-        }
         Ok(())
     }
 }

@@ -99,6 +99,7 @@ impl State {
         }
         if self.pager.durability() != Durability::None {
             self.pager.commit()?;
+            self.pager.checkpoint()?;
         }
         // Give back free secondary buckets at the end of the file: a free
         // bucket holds zeros (never written, or zeroed when a split emptied

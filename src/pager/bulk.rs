@@ -69,7 +69,6 @@ impl Pager {
                 self.file.block(n)?.into()
             };
             self.overlay.insert(n, copy);
-            self.lines.remove(&n);
             if let Some(order) = self.bulk.as_mut() {
                 order.push(n);
             }
@@ -95,7 +94,6 @@ impl Pager {
             run.clear();
             let mut next = start;
             while i < order.len() && order[i] == next {
-                self.lines.remove(&next);
                 match self.overlay.remove(&next) {
                     Some(img) => run.extend_from_slice(&img),
                     None => {
@@ -131,7 +129,6 @@ impl Pager {
     /// (reads see the file, as the reopen will) and the handle is poisoned.
     pub fn abort_bulk(&mut self) {
         self.overlay.clear();
-        self.lines.clear();
         self.bulk = None;
         self.poisoned = true;
     }

@@ -1,10 +1,12 @@
 //! Durability: the modes, block copies for the journaled modes, commits and checkpoints.
 
-use super::group::{Blocks, Group, Staged};
+use super::group::{Group, Staged, Syncer};
+use super::journal::Change;
 use super::Pager;
 use crate::error::{Error, Result};
 use crate::format::delta;
 use crate::format::superblock::PRIMARY_BASE;
+use crate::format::BLOCK_SIZE;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
@@ -31,9 +33,10 @@ pub enum Durability {
 /// A durability point, reported to the test hook set by `Store::set_sync_hook`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPoint {
-    /// A journal commit was fsynced (its images are not yet in the store file).
+    /// A journal commit was fsynced (its changes are not yet in the store file).
     JournalSynced,
-    /// The commit's images were copied into the mapped store file.
+    /// A checkpoint copied the private copies into the mapped store file
+    /// (not yet fsynced).
     Applied,
     /// The store file was fsynced (a checkpoint).
     StoreSynced,
@@ -42,16 +45,19 @@ pub enum SyncPoint {
 /// Test hook called at each durability point.
 pub type SyncHook = Box<dyn FnMut(SyncPoint) + Send + Sync>;
 
-/// Journal size past which a commit also checkpoints (flushes the store file
+/// Journal size, and bytes of private copies, past which a commit also
+/// checkpoints (copies the private copies into the store file, flushes it
 /// and empties the journal).
 pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
 
+/// Private copies, in bytes, per byte of journal round past which a stage
+/// checkpoints (256 MiB of copies for the 64 MB round): a smaller bound
+/// made durable batches over a 500,000-tag store checkpoint every few
+/// batches, each time writing every block touched twice.
+const OVERLAY_PER_JOURNAL: u64 = 4;
+
 /// Unused private-copy buffers kept for reuse (4 MiB of blocks).
 const SPARE_COPIES: usize = 1024;
-
-/// Blocks in a durable batch past which it is copied into the store file
-/// through the map rather than by `pwrite`.
-const APPLY_BY_MAP: usize = 32;
 
 impl Pager {
     /// The durability mode.
@@ -101,31 +107,42 @@ impl Pager {
             }
             return self.file.block_mut(n);
         }
+        let image_next = self.needs_image(n);
         let copy = match self.overlay.entry(n) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {
-                let src = self.file.block(n)?;
+                let zeroed = !self.zeroed.is_empty() && self.zeroed.remove(&n);
+                let src = if zeroed {
+                    &super::file::ZERO_BLOCK[..]
+                } else {
+                    self.file.block(n)?
+                };
                 let reused = self.spare.pop().and_then(|mut buf| {
                     let dst = Arc::get_mut(&mut buf).filter(|d| d.len() == src.len())?;
                     dst.copy_from_slice(src);
                     Some(buf)
                 });
-                self.lines.insert(n, lines);
+                if zeroed {
+                    self.pending.insert(n, Pending::zeros());
+                }
                 v.insert(reused.unwrap_or_else(|| src.into()))
             }
         };
-        if let Some(m) = self.lines.get_mut(&n) {
-            *m |= lines;
-        }
-        self.dirty.insert(n);
-        // A copy still shared with a staged batch is copied once more here
-        // (copy on write); staging itself shares the copy, never copies it.
+        // Lines about to be written for the first time since the last
+        // stage keep their old bytes, so the stage sends only the words
+        // that changed (a block whose next entry is an image needs none).
+        self.pending
+            .entry(n)
+            .or_default()
+            .before_write(copy, lines, image_next);
+        // Staging copies what it sends, so the copy is never shared here.
         Ok(Arc::make_mut(copy))
     }
 
     /// Queues every block changed since the last stage for the journal
     /// (journaled modes); the number to wait for, `None` when nothing changed.
-    /// Durable batches are copied into the store file first.
+    /// Checkpoints once the journal's round or the private copies pass
+    /// the checkpoint size.
     pub fn stage(&mut self) -> Result<Option<u64>> {
         if self.durability == Durability::None {
             return Ok(None);
@@ -133,82 +150,56 @@ impl Pager {
         if self.poisoned || self.group.failed() {
             // A failed write left half an operation in the private copies:
             // never journal it. Reopening recovers the last durable state.
-            self.overlay.clear();
-            self.lines.clear();
-            self.dirty.clear();
+            self.pending.clear();
             self.poisoned = true;
             return Err(Error::Poisoned);
         }
-        self.apply_durable()?;
-        if self.group.journal_len() > self.group.checkpoint_bytes() {
-            self.checkpoint()?;
-        }
-        if self.dirty.is_empty() {
+        if self.pending.is_empty() {
             // Nothing new: wait for what is staged already (another
             // thread's stage may hold this caller's changes).
             return Ok(Some(self.group.last_staged()));
         }
-        match self.stage_dirty() {
-            Ok(stage) => Ok(Some(stage)),
-            Err(e) => {
-                // Changes left the dirty set without reaching the queue:
-                // the handle is unusable; reopening replays what is durable.
-                self.fail();
-                Err(e)
-            }
+        let stage = self.stage_dirty().inspect_err(|_| {
+            // Changes left the dirty set without reaching the queue: the
+            // handle is unusable; reopening replays what is durable.
+            self.fail();
+        })?;
+        let limit = self.group.checkpoint_bytes();
+        if self.group.journal_len() > limit
+            || self.overlay.len() as u64 * BLOCK_SIZE as u64 > limit * OVERLAY_PER_JOURNAL
+        {
+            self.checkpoint()?;
         }
+        Ok(Some(stage))
     }
 
-    /// Queues the dirty blocks as one stage (images, or deltas where allowed).
+    /// True when block `n`'s next entry in the round must be a whole image:
+    /// the superblock always, and a data block whose store-file copy may
+    /// not be its version at the last checkpoint (cut off the file since)
+    /// until the round holds an image of it.
+    fn needs_image(&self, n: u64) -> bool {
+        n < PRIMARY_BASE || (n >= self.cut_floor && !self.imaged.contains(&n))
+    }
+
+    /// Queues the blocks written since their last stage as one stage:
+    /// each as the words that changed, or whole where it needs an image.
     fn stage_dirty(&mut self) -> Result<u64> {
-        let mut blocks = Vec::with_capacity(self.dirty.len());
-        let dirty: Vec<u64> = self.dirty.drain().collect();
-        for n in dirty {
+        let mut blocks = Vec::with_capacity(self.pending.len());
+        let pending: Vec<(u64, Pending)> = self.pending.drain().collect();
+        for (n, p) in pending {
             let Some(img) = self.overlay.get(&n) else {
                 continue;
             };
-            // A delta when the round holds an image of the block and the
-            // store file holds its last journaled version (no stage of it
-            // waits to be applied); else the whole image.
-            let delta = if self.imaged.contains(&n)
-                && self
-                    .staged_in
-                    .get(&n)
-                    .is_none_or(|s| *s <= self.applied_top)
-            {
-                // Only the lines written since the copy was made can differ
-                // from the store file's copy (applied stages are earlier
-                // states of the same copy).
-                let lines = self.lines.get(&n).copied().unwrap_or(u64::MAX);
-                let old = self.file.block(n)?;
-                let mut d = Vec::new();
-                delta::encode_lines(old, img, lines, &mut d);
-                #[cfg(debug_assertions)]
-                {
-                    let mut all = Vec::new();
-                    delta::encode(old, img, &mut all);
-                    debug_assert_eq!(d, all, "block {n}: a write outside its lines {lines:#x}");
-                }
-                Some(d)
-            } else {
+            if self.needs_image(n) {
                 if n >= PRIMARY_BASE {
                     self.imaged.insert(n);
                 }
-                None
-            };
-            blocks.push(Staged {
-                n,
-                image: Arc::clone(img),
-                delta,
-                lines: self.lines.get(&n).copied().unwrap_or(u64::MAX),
-            });
+                blocks.push(Staged::Image(n, Box::from(&img[..])));
+            } else if let Some(d) = p.delta(img) {
+                blocks.push(Staged::Delta(n, d));
+            }
         }
-        let names: Vec<u64> = blocks.iter().map(|b| b.n).collect();
-        let stage = self.group.stage(blocks);
-        for n in names {
-            self.staged_in.insert(n, stage);
-        }
-        Ok(stage)
+        Ok(self.group.stage(blocks))
     }
 
     /// Makes the handle unusable after a failure that left the store file,
@@ -219,82 +210,8 @@ impl Pager {
         self.group.set_failed();
     }
 
-    /// Copies the durable batches into the store file, and drops the
-    /// private copies they made redundant (not changed since staged).
-    pub fn apply_durable(&mut self) -> Result<()> {
-        let done = self.group.take_done();
-        if done.is_empty() {
-            return Ok(());
-        }
-        // A batch half copied in leaves blocks whose store-file copy is not
-        // their last journaled version (a delta from it would be wrong): fatal.
-        self.copy_in(done).inspect_err(|_| self.fail())?;
-        self.group.hook(SyncPoint::Applied);
-        Ok(())
-    }
-
-    /// Copies durable batches into the store file, oldest first.
-    fn copy_in(&mut self, done: Vec<(u64, Blocks)>) -> Result<()> {
-        for (top, blocks) in done {
-            // A small commit is copied in with `pwrite` (no write-protect
-            // fault on a clean page, which threads committing at once
-            // contend for); a large one through the map (a syscall per block
-            // cost more than the faults: 100 k SADDs at -P 16 through `serve
-            // --durability immediate` ran 1.31-1.35x faster).
-            let by_map = blocks.len() > APPLY_BY_MAP;
-            for (n, img, lines) in &blocks {
-                self.copy_lines_in(*n, img, *lines, by_map)?;
-                self.mark_verified(*n);
-                if !self.dirty.contains(n) && self.staged_in.get(n).is_some_and(|s| *s <= top) {
-                    self.overlay.remove(n);
-                    self.lines.remove(n);
-                    self.staged_in.remove(n);
-                }
-            }
-            self.applied_top = self.applied_top.max(top);
-            // Copies no one holds any more serve the next writes.
-            for (_, img, _) in blocks {
-                if Arc::strong_count(&img) == 1 && self.spare.len() < SPARE_COPIES {
-                    self.spare.push(img);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes the lines of `img` set in `lines` into block `n` of the store
-    /// file, whose other lines already equal the image's: the copy was made
-    /// from the file and its earlier stages are applied. Through the map, or
-    /// one `pwrite` of the span from the first such line to the last.
-    fn copy_lines_in(&mut self, n: u64, img: &[u8], lines: u64, by_map: bool) -> Result<()> {
-        if lines == 0 {
-            return Ok(());
-        }
-        if by_map {
-            let dst = self.file.block_mut(n)?;
-            let (src, dst) = (img.as_chunks::<64>().0, dst.as_chunks_mut::<64>().0);
-            for (k, (d, s)) in dst.iter_mut().zip(src).enumerate() {
-                if lines & (1 << k) != 0 {
-                    *d = *s;
-                }
-            }
-        } else {
-            let (first, end) = (
-                lines.trailing_zeros() as usize * 64,
-                (64 - lines.leading_zeros() as usize) * 64,
-            );
-            self.file.write_block_part(n, first, &img[first..end])?;
-        }
-        #[cfg(debug_assertions)]
-        debug_assert!(
-            self.file.block(n)? == img,
-            "block {n}: applying lines {lines:#x} left the store file's copy unlike the image"
-        );
-        Ok(())
-    }
-
-    /// Makes every change so far durable: journals the changed blocks, then
-    /// applies them to the store file (journaled modes), or flushes the file.
+    /// Makes every change so far durable: journals the changed blocks
+    /// (journaled modes), or flushes the file.
     pub fn commit(&mut self) -> Result<()> {
         if self.durability == Durability::None {
             self.file.flush()?;
@@ -309,34 +226,94 @@ impl Pager {
                 return Err(e);
             }
         }
-        self.apply_durable()
+        Ok(())
     }
 
-    /// Flushes the store file and empties the journal.
+    /// Moves every private copy into the store file and empties the
+    /// journal: commits what is changed, journals a whole image of every
+    /// private copy (a power cut tearing the copy-in is repaired from
+    /// them), copies them in, fsyncs the store file, starts a new round.
     pub fn checkpoint(&mut self) -> Result<()> {
         let group = Arc::clone(&self.group);
+        if self.durability != Durability::None && !self.pending.is_empty() {
+            self.stage_dirty().inspect_err(|_| self.fail())?;
+        }
         // Every stage into the round being closed (other threads' too: none
-        // can stage while this one holds the store's lock), so that a delta
-        // never lands in the next round, which holds no image to apply it to.
+        // can stage while this one holds the store's lock).
         let last = group.last_staged();
         if last > 0 {
-            group.wait(last)?;
+            group.wait(last).inspect_err(|_| self.poisoned = true)?;
         }
         let mut s = group.lock_sync();
-        // Every durable batch into the file first: the journal forgets them.
-        self.apply_durable()?;
+        if let Err(e) = self.checkpoint_locked(&group, &mut s) {
+            drop(s);
+            self.fail();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn checkpoint_locked(&mut self, group: &Group, s: &mut Syncer) -> Result<()> {
+        if !self.overlay.is_empty() && self.durability != Durability::None {
+            #[cfg(debug_assertions)]
+            self.check_round_rebuilds_the_copies()?;
+            let mut blocks = self.memory_blocks();
+            blocks.retain(|n| *n < self.file.len() / BLOCK_SIZE as u64);
+            let images: Vec<Change<'_>> = blocks
+                .iter()
+                .filter_map(|n| Some(Change::Image(*n, self.overlay.get(n)?)))
+                .collect();
+            group.append(s, images)?;
+            group.note_len(s);
+            group.hook(SyncPoint::JournalSynced);
+            for n in blocks {
+                if let Some(img) = self.overlay.get(&n) {
+                    self.file.block_mut(n)?.copy_from_slice(img);
+                    self.mark_verified(n);
+                }
+            }
+            group.hook(SyncPoint::Applied);
+        }
         self.file.flush()?;
         group.hook(SyncPoint::StoreSynced);
         if let Some(j) = s.journal.as_mut() {
-            if let Err(e) = j.reset() {
-                // The old round may still replay, or not: commit nothing more.
-                drop(s);
-                self.fail();
-                return Err(e);
+            j.reset()?;
+        }
+        group.note_len(s);
+        if self.durability != Durability::None {
+            for (_, buf) in self.overlay.drain() {
+                if self.spare.len() < SPARE_COPIES {
+                    self.spare.push(buf);
+                }
             }
+            self.pending.clear();
         }
         self.imaged.clear();
-        group.note_len(&s);
+        self.zeroed.clear();
+        self.cut_floor = u64::MAX;
+        Ok(())
+    }
+
+    /// Debug builds: replaying the round's journal onto the store file
+    /// gives exactly the private copies (every write stayed inside the
+    /// lines its delta sends, and nothing reached the file early).
+    #[cfg(debug_assertions)]
+    fn check_round_rebuilds_the_copies(&self) -> Result<()> {
+        let Some(mut j) =
+            super::journal::Journal::open_read_only(self.group.store_path(), self.group.seed())?
+        else {
+            return Ok(());
+        };
+        let file = &self.file;
+        let round = j.read_round(&|n| super::replay::file_base(file, n))?;
+        for (n, img) in &round.images {
+            if let Some(copy) = self.overlay.get(n) {
+                debug_assert!(
+                    img[..] == copy[..],
+                    "block {n}: the journal's round does not rebuild its private copy"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -351,5 +328,92 @@ impl Pager {
         self.imaged.clear();
         group.note_len(&s);
         Ok(())
+    }
+}
+
+/// Lines an overlay block may hold for its next stage's delta.
+const SAVED_LINES: usize = 8;
+
+/// A block written since its last stage: the 64-byte lines written (one
+/// bit each) and the bytes they held at that stage, as far as known.
+#[derive(Clone)]
+pub(super) struct Pending {
+    lines: u64,
+    /// Every line held zeros at the last stage (a block never written).
+    zeros: bool,
+    /// More lines were written than `saved` holds: send them whole.
+    overflow: bool,
+    n: u8,
+    saved: [(u8, [u8; 64]); SAVED_LINES],
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending {
+            lines: 0,
+            zeros: false,
+            overflow: false,
+            n: 0,
+            saved: [(0, [0; 64]); SAVED_LINES],
+        }
+    }
+}
+
+impl Pending {
+    /// A block whose copy was made from zeros.
+    fn zeros() -> Self {
+        Pending {
+            zeros: true,
+            ..Pending::default()
+        }
+    }
+
+    /// Notes that `lines` of `copy` are about to be written, keeping the
+    /// old bytes of those written for the first time since the last stage
+    /// (none when the next entry is a whole image anyway).
+    fn before_write(&mut self, copy: &[u8], lines: u64, image_next: bool) {
+        let mut new = lines & !self.lines;
+        self.lines |= lines;
+        if image_next {
+            // Sent whole, or (should the image be sent meanwhile) as the lines.
+            self.overflow = true;
+        }
+        if self.zeros || self.overflow {
+            return;
+        }
+        let (chunks, _) = copy.as_chunks::<64>();
+        while new != 0 {
+            let l = new.trailing_zeros() as usize;
+            new &= new - 1;
+            match (self.saved.get_mut(self.n as usize), chunks.get(l)) {
+                (Some(slot), Some(c)) => {
+                    *slot = (l as u8, *c);
+                    self.n += 1;
+                }
+                _ => {
+                    self.overflow = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The delta that turns the block as last staged into `img`; `None`
+    /// when nothing was written.
+    fn delta(mut self, img: &[u8]) -> Option<Vec<u8>> {
+        if self.lines == 0 {
+            return None;
+        }
+        let mut d = Vec::with_capacity(self.lines.count_ones() as usize * 64 + 16);
+        if self.zeros {
+            delta::encode_lines(&super::file::ZERO_BLOCK, img, self.lines, &mut d);
+        } else if self.overflow {
+            delta::encode_written(img, self.lines, &mut d);
+        } else {
+            let saved = &mut self.saved[..self.n as usize];
+            saved.sort_unstable_by_key(|x| x.0);
+            delta::encode_saved(img, saved, &mut d);
+        }
+        Some(d)
     }
 }

@@ -4,36 +4,35 @@
 //! (cheap: copies into a queue), lets the lock go, and *waits* for its stage
 //! number to be durable. The first waiter takes the whole queue, writes it
 //! as one journal commit and fsyncs once; writers that staged meanwhile find
-//! their number covered and return. The written batch is then handed back
-//! to be copied into the mapped store file by the next thread that holds
-//! the store's lock.
+//! their number covered and return. The blocks stay in the pager's private
+//! copies until a checkpoint.
 //!
-//! Lock order: the store's lock, then `sync`, then `queue`, `done` or the
-//! test hook. A
+//! Lock order: the store's lock, then `sync`, then `queue` or the test
+//! hook. A
 //! thread holding `sync` never waits for the store's lock.
 
 use super::commit::{SyncPoint, CHECKPOINT_BYTES};
 use super::journal::{journal_path, starts_with_commit, Change, Journal};
 use super::SyncHook;
 use crate::error::{Error, Result};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
-/// Block images by block number, each with the 64-byte lines in which it
-/// may differ from the store file's copy (see `Staged::lines`).
-pub(super) type Blocks = Vec<(u64, Arc<[u8]>, u64)>;
+/// One block staged: its whole image, or its delta from the version the
+/// journal's earlier entries (or the store file) hold.
+pub(super) enum Staged {
+    Image(u64, Box<[u8]>),
+    Delta(u64, Vec<u8>),
+}
 
-/// One block staged: its image and, when the journal's round already holds
-/// an image of the block, the delta from its previous version.
-pub(super) struct Staged {
-    pub n: u64,
-    pub image: Arc<[u8]>,
-    pub delta: Option<Vec<u8>>,
-    /// The lines (one bit per 64 bytes) in which the image may differ from
-    /// the store file's copy once the block's earlier stages are applied.
-    pub lines: u64,
+impl Staged {
+    fn change(&self) -> Change<'_> {
+        match self {
+            Staged::Image(n, img) => Change::Image(*n, img),
+            Staged::Delta(n, d) => Change::Delta(*n, d),
+        }
+    }
 }
 
 /// Stage numbers and blocks staged, not yet written to the journal.
@@ -56,8 +55,6 @@ pub struct Group {
     seed: u64,
     queue: Mutex<Queue>,
     sync: Mutex<Syncer>,
-    /// Durable batches (highest stage number, merged images) not yet in the store file.
-    done: Mutex<Vec<(u64, Blocks)>>,
     /// A journal write failed: nothing more is committed until reopen.
     /// (Atomics, so that stagers never wait on a commit in flight.)
     failed: AtomicBool,
@@ -87,7 +84,6 @@ impl Group {
             failed: AtomicBool::new(false),
             journal_len: AtomicU64::new(0),
             checkpoint_bytes: AtomicU64::new(CHECKPOINT_BYTES),
-            done: Mutex::new(Vec::new()),
             hook: Mutex::new(None),
         }
     }
@@ -99,6 +95,18 @@ impl Group {
         let n = q.last;
         q.staged.push((n, blocks));
         n
+    }
+
+    /// The store file's path.
+    #[cfg(debug_assertions)]
+    pub(super) fn store_path(&self) -> &std::path::Path {
+        &self.store_path
+    }
+
+    /// The store's hash seed.
+    #[cfg(debug_assertions)]
+    pub(super) fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// The last stage number handed out.
@@ -120,37 +128,21 @@ impl Group {
         let Some(top) = batch.last().map(|b| b.0) else {
             return Err(Error::corrupt(format!("stage {n} was never queued")));
         };
-        // Later versions of a block replace earlier ones: one entry each, in
-        // block order. A block staged twice is written whole (each delta
-        // holds only its own stage's change).
-        let mut last: BTreeMap<u64, Staged> = BTreeMap::new();
-        for (_, blocks) in batch {
-            for b in blocks {
-                let n = b.n;
-                if let Some(before) = last.insert(n, b) {
-                    if let Some(b) = last.get_mut(&n) {
-                        b.delta = None;
-                        b.lines |= before.lines;
-                    }
-                }
-            }
-        }
-        if let Err(e) = self.append(&mut s, &last) {
+        // Every stage's entries in stage order: a block staged twice has
+        // two deltas, each holding its own stage's change.
+        let entries = batch.iter().flat_map(|(_, b)| b.iter().map(Staged::change));
+        if let Err(e) = self.append(&mut s, entries.collect()) {
             self.failed.store(true, Ordering::Relaxed);
             return Err(e);
         }
         self.note_len(&s);
         s.durable = top;
-        let merged: Blocks = last
-            .into_values()
-            .map(|b| (b.n, b.image, b.lines))
-            .collect();
-        guard(&self.done).push((top, merged));
         self.hook(SyncPoint::JournalSynced);
         Ok(())
     }
 
-    fn append(&self, s: &mut Syncer, blocks: &BTreeMap<u64, Staged>) -> Result<()> {
+    /// Appends one commit of `changes` through `s` (opening the journal first).
+    pub(super) fn append(&self, s: &mut Syncer, changes: Vec<Change<'_>>) -> Result<()> {
         if s.journal.is_none() {
             // Open already replayed any pending journal; what is left is
             // stale (another store's, or one left before `create`): start over.
@@ -161,18 +153,9 @@ impl Group {
             s.journal = Some(j);
         }
         match s.journal.as_mut() {
-            Some(j) => j.append(blocks.values().map(|b| Change {
-                block: b.n,
-                image: &b.image,
-                delta: b.delta.as_deref(),
-            })),
+            Some(j) => j.append(changes.into_iter()),
             None => Err(Error::corrupt("journal missing")),
         }
-    }
-
-    /// Takes the durable batches not yet copied into the store file, oldest first.
-    pub(super) fn take_done(&self) -> Vec<(u64, Blocks)> {
-        std::mem::take(&mut *guard(&self.done))
     }
 
     /// The journal, held: no commit is in flight until the guard goes.

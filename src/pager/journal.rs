@@ -1,14 +1,16 @@
-//! Write-ahead journal of full block images, kept in `STORE.journal`.
+//! Write-ahead journal of block changes, kept in `STORE.journal`.
 //!
 //! In the journaled durability modes a change is made to a private copy of
-//! each block it touches; a *commit* writes the final image of every touched
-//! block to the journal and fsyncs it, and only then copies the images into
-//! the mapped store file. So any block content that can reach the store file
-//! before a checkpoint is in the durable journal, and recovery — replaying
-//! every complete commit in order — restores each block whole, whatever mix of
-//! old, new or garbled sectors a power cut left in it. A commit torn by the
-//! cut fails its CRC and is dropped: its changes were never acknowledged and
-//! never reached the store file.
+//! each block it touches, and the copies stay in memory until a checkpoint.
+//! A *commit* writes, for every block changed since the last one, the
+//! 64-byte lines written meanwhile (a delta) and fsyncs. The store file is
+//! not touched between checkpoints, so its copy of a block is the version
+//! the last checkpoint made durable, and replay rebuilds each block's last
+//! version from it. A checkpoint first commits a whole image of every block
+//! in memory, then copies them into the store file and fsyncs it: a power
+//! cut that tears blocks during that copy is repaired by those images. A
+//! commit torn by the cut fails its CRC and is dropped: its changes were
+//! never acknowledged.
 //!
 //! The file is written ahead with zeros (256 KB, then doubling up to 1 MB a
 //! step) and reused after each checkpoint, so a commit overwrites allocated
@@ -17,27 +19,27 @@
 //! a fresh random salt at offset 0; what lies past the round's last commit
 //! (zeros, or an older round's commits) fails the salt or sequence check.
 //!
-//! Commit layout, version 3 (little-endian):
+//! Commit layout, version 4 (little-endian):
 //!
 //! | off | len | field |
 //! |-----|-----|-------|
 //! | 0 | 4 | magic `TJNL` |
-//! | 4 | 4 | journal format version (3) |
+//! | 4 | 4 | journal format version (4) |
 //! | 8 | 8 | store hash seed (a journal of another store is ignored) |
 //! | 16 | 8 | commit sequence number, consecutive from the round's first commit |
 //! | 24 | 4 | entry count `n` |
 //! | 28 | 4 | round salt (every commit of a round the same, never zero) |
 //! | 32 | 4 | body length `L` in bytes |
 //! | 36 | 4 | reserved, zero |
-//! | 40 | `L` | `n` entries: block number u64, then u32 `k`: bit 31 clear, the block's image zero-run encoded in `k` bytes (`format::zero_runs`); bit 31 set, a delta of `k & 0x7FFF_FFFF` bytes (`format::delta`) from the block's image as the round's earlier commits leave it |
+//! | 40 | `L` | `n` entries: block number u64, then u32 `k`: bit 31 clear, the block's image zero-run encoded in `k` bytes (`format::zero_runs`); bit 31 set, a delta of `k & 0x7FFF_FFFF` bytes (`format::delta`) applied to the block as the round's earlier entries leave it, or to the store file's copy when none names it |
 //! | 40 + L | 4 | CRC32 of bytes 0 .. 40 + L |
 //! | 44 + L | 4 | magic `TEND` |
 //!
-//! A block's first entry in a round is always an image, so a replay never
-//! needs the store file's copy of a block (which a power cut may have torn)
-//! and repairs every sector of it. Version 2 (still replayed) is version 3
-//! without deltas; version 1: a 32-byte header (bytes 28..32 zero, no body
-//! length), then `n` × (block number u64, the 4096-byte image), CRC, `TEND`.
+//! Version 3 (still replayed) has the same layout, but a block's first entry
+//! in a round is always an image (a delta with no image before it is an
+//! error). Version 2 is version 3 without deltas; version 1: a 32-byte
+//! header (bytes 28..32 zero, no body length), then `n` × (block number
+//! u64, the 4096-byte image), CRC, `TEND`.
 
 use crate::error::{Error, Result};
 use crate::format::bytes::{rd32, rd64};
@@ -51,7 +53,9 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"TJNL";
 const END: &[u8; 4] = b"TEND";
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
+/// Version 4, but a block's first entry in a round is an image; still replayed.
+const VERSION_3: u32 = 3;
 /// Version 3 without deltas; its journals are still replayed.
 const VERSION_2: u32 = 2;
 /// The version before round salts; its journals are still replayed.
@@ -85,6 +89,10 @@ pub fn starts_with_commit(path: &Path) -> bool {
 pub struct Round {
     pub images: HashMap<u64, Vec<u8>>,
     pub commits: usize,
+    /// Some block was rebuilt from the store file's copy (a version-4
+    /// delta with no image before it): writing the round back could tear
+    /// that copy, the only base its entries have.
+    pub from_file: bool,
 }
 
 /// One entry of a commit, as written.
@@ -93,12 +101,12 @@ enum Entry<'a> {
     Delta(&'a [u8]),
 }
 
-/// One block of a commit to append: its image and, when the round already
-/// holds an image of it, the delta from that image.
-pub struct Change<'a> {
-    pub block: u64,
-    pub image: &'a [u8],
-    pub delta: Option<&'a [u8]>,
+/// One entry of a commit to append.
+pub enum Change<'a> {
+    /// The block's whole image.
+    Image(u64, &'a [u8]),
+    /// The block's delta (`format::delta`) from its previous version.
+    Delta(u64, &'a [u8]),
 }
 
 /// The open journal file.
@@ -158,7 +166,7 @@ fn parse_commit(data: &[u8], version: u32) -> Option<(Vec<(u64, Entry<'_>)>, usi
             at += ENTRY_1;
         } else {
             let k = rd32(data.get(at + 8..at + 12)?, 0);
-            let is_delta = k & DELTA_BIT != 0 && version == VERSION;
+            let is_delta = k & DELTA_BIT != 0 && version >= VERSION_3;
             let len = (k & !DELTA_BIT) as usize;
             let enc = data.get(at + 12..(at + 12).checked_add(len)?)?;
             blocks.push(if is_delta {
@@ -234,8 +242,9 @@ impl Journal {
 
     /// Reads every complete, valid commit of the round from the start, in
     /// order; stops at the first torn, foreign or older-round one. A delta
-    /// whose block has no image earlier in the round is an error.
-    pub fn read_round(&mut self) -> Result<Round> {
+    /// whose block no earlier entry names applies to `base(block)`, the
+    /// store file's copy (version 4), or is an error (version 3).
+    pub fn read_round(&mut self, base: &dyn Fn(u64) -> Result<Vec<u8>>) -> Result<Round> {
         let data = self.read_all()?;
         let mut out = Round::default();
         let mut at = 0usize;
@@ -245,7 +254,7 @@ impl Journal {
             let h = &data[at..at + HEADER_1];
             let (version, salt, seq) = (rd32(h, 4), rd32(h, 28), rd64(h, 16));
             if &h[0..4] != MAGIC
-                || ![VERSION, VERSION_2, VERSION_1].contains(&version)
+                || ![VERSION, VERSION_3, VERSION_2, VERSION_1].contains(&version)
                 || rd64(h, 8) != self.seed
                 || round.is_some_and(|r| (r.0, r.1, r.2) != (version, salt, seq))
             {
@@ -260,6 +269,10 @@ impl Journal {
                         out.images.insert(b, img);
                     }
                     Entry::Delta(d) => {
+                        if version == VERSION && !out.images.contains_key(&b) {
+                            out.images.insert(b, base(b)?);
+                            out.from_file = true;
+                        }
                         let img = out.images.get_mut(&b).ok_or_else(|| {
                             Error::corrupt(format!(
                                 "journal {}: commit {seq} changes block {b} without an image of it earlier in the round",
@@ -299,19 +312,17 @@ impl Journal {
         buf.extend_from_slice(&self.salt.to_le_bytes());
         buf.extend_from_slice(&[0u8; 8]);
         for c in blocks {
-            buf.extend_from_slice(&c.block.to_le_bytes());
+            let (block, flag) = match c {
+                Change::Image(n, _) => (n, 0),
+                Change::Delta(n, _) => (n, DELTA_BIT),
+            };
+            buf.extend_from_slice(&block.to_le_bytes());
             let at = buf.len();
             buf.extend_from_slice(&[0u8; 4]);
-            let flag = match c.delta {
-                Some(d) => {
-                    buf.extend_from_slice(d);
-                    DELTA_BIT
-                }
-                None => {
-                    zero_runs::encode(c.image, &mut buf);
-                    0
-                }
-            };
+            match c {
+                Change::Image(_, img) => zero_runs::encode(img, &mut buf),
+                Change::Delta(_, d) => buf.extend_from_slice(d),
+            }
             let len = (buf.len() - at - 4) as u32 | flag;
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         }
@@ -375,6 +386,42 @@ mod tests {
     use super::*;
     use std::fs::OpenOptions;
 
+    fn no_base(n: u64) -> Result<Vec<u8>> {
+        Err(Error::corrupt(format!("block {n}: no base expected")))
+    }
+
+    /// Version 4: a block's first entry may be a delta, applied to the
+    /// store file's copy; the same commit as version 3 is refused.
+    #[test]
+    fn a_first_delta_applies_to_the_store_files_copy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut j = Journal::open(&store, 7).expect("open");
+        let mut img = vec![4u8; BLOCK_SIZE];
+        img[64..128].fill(9);
+        let mut d = Vec::new();
+        delta::encode_written(&img, 0b10, &mut d);
+        j.append([Change::Delta(6, &d)].into_iter())
+            .expect("append");
+        let len = j.len() as usize;
+        drop(j);
+        let base = |n: u64| -> Result<Vec<u8>> {
+            assert_eq!(n, 6);
+            Ok(vec![4u8; BLOCK_SIZE])
+        };
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        let r = j.read_round(&base).expect("read");
+        assert_eq!((r.commits, &r.images[&6]), (1, &img));
+        let path = journal_path(&store);
+        let mut data = std::fs::read(&path).expect("read");
+        data[4..8].copy_from_slice(&VERSION_3.to_le_bytes());
+        let crc = crc32fast::hash(&data[..len - 8]);
+        data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &data).expect("write");
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        assert!(j.read_round(&base).is_err());
+    }
+
     #[test]
     fn append_read_and_torn_tail() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -382,11 +429,7 @@ mod tests {
         let mut j = Journal::open(&store, 7).expect("open");
         let a = vec![1u8; BLOCK_SIZE];
         let b = vec![2u8; BLOCK_SIZE];
-        let img = |block, image| Change {
-            block,
-            image,
-            delta: None,
-        };
+        let img = Change::Image;
         j.append([img(5u64, &a[..]), img(9, &b[..])].into_iter())
             .expect("append");
         // Block 9 again, as a delta from its image in the first commit.
@@ -394,17 +437,13 @@ mod tests {
         c[100..108].fill(3);
         let mut d = Vec::new();
         delta::encode(&b, &c, &mut d);
-        let change = Change {
-            block: 9,
-            image: &c,
-            delta: Some(&d),
-        };
+        let change = Change::Delta(9, &d);
         j.append([img(5u64, &b[..]), change].into_iter())
             .expect("append");
         let full = j.len();
         drop(j);
         let mut j = Journal::open(&store, 7).expect("reopen");
-        let r = j.read_round().expect("read");
+        let r = j.read_round(&no_base).expect("read");
         assert_eq!(r.commits, 2);
         assert_eq!(r.images[&5], b);
         assert_eq!(r.images[&9], c);
@@ -415,12 +454,12 @@ mod tests {
             .expect("f");
         f.set_len(full - 10).expect("cut");
         let mut j = Journal::open(&store, 7).expect("reopen");
-        let r = j.read_round().expect("read");
+        let r = j.read_round(&no_base).expect("read");
         assert_eq!(r.commits, 1);
         assert_eq!(r.images[&9], b);
         // Another store's journal is ignored.
         let mut j = Journal::open(&store, 8).expect("reopen");
-        assert_eq!(j.read_round().expect("read").commits, 0);
+        assert_eq!(j.read_round(&no_base).expect("read").commits, 0);
     }
 
     /// A version-2 journal (left by a crash of an older build: images only,
@@ -431,11 +470,7 @@ mod tests {
         let store = dir.path().join("s.tags");
         let mut j = Journal::open(&store, 7).expect("open");
         let a = vec![5u8; BLOCK_SIZE];
-        let change = Change {
-            block: 3,
-            image: &a,
-            delta: None,
-        };
+        let change = Change::Image(3, &a);
         j.append([change].into_iter()).expect("append");
         let len = j.len() as usize;
         drop(j);
@@ -447,7 +482,7 @@ mod tests {
         data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
         std::fs::write(&path, &data).expect("write");
         let mut j = Journal::open(&store, 7).expect("reopen");
-        let r = j.read_round().expect("read");
+        let r = j.read_round(&no_base).expect("read");
         assert_eq!(r.commits, 1);
         assert_eq!(r.images[&3], a);
     }

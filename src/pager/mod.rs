@@ -15,6 +15,7 @@ mod replay;
 mod reserve;
 mod write;
 
+use commit::Pending;
 #[cfg(feature = "test-hooks")]
 pub use commit::SyncPoint;
 pub use commit::{Durability, SyncHook};
@@ -50,26 +51,26 @@ pub struct Pager {
     /// the split should have backed before it changed anything.
     #[cfg(test)]
     pub moving: Option<Vec<u64>>,
-    /// Private copies of blocks changed and not yet in the store file
-    /// (journaled modes): reads and writes see them first.
+    /// Private copies of blocks changed since the last checkpoint
+    /// (journaled modes), which alone writes them into the store file:
+    /// reads and writes see them first.
     overlay: HashMap<u64, Arc<[u8]>>,
-    /// For an overlay block, the 64-byte lines (one bit each) in which it
-    /// may differ from the store file's copy it was made from; a block
-    /// with no entry may differ anywhere. A delta compares only these.
-    lines: HashMap<u64, u64>,
+    /// Overlay blocks written since they were last staged: the lines
+    /// written, and what is known of their bytes before (journaled modes).
+    pending: HashMap<u64, Pending>,
     /// Buffers of private copies no longer used, for the next ones (a
     /// durable server allocated and freed one per block it wrote).
     spare: Vec<Arc<[u8]>>,
-    /// Overlay blocks changed since they were last staged.
-    dirty: HashSet<u64>,
-    /// The stage that last queued each overlay block.
-    staged_in: HashMap<u64, u64>,
-    /// Every stage up to here is durable and copied into the store file.
-    applied_top: u64,
-    /// Data blocks with an image in the journal's current round whose
-    /// store-file copy is, once applied, their last journaled version: the
-    /// next commit may carry a delta from it instead of an image.
+    /// Blocks from here on were cut off the file since the last checkpoint
+    /// (`u64::MAX`: none): their store-file copy may not be the
+    /// checkpoint's, so their first entry in the round is an image.
+    cut_floor: u64,
+    /// Blocks past `cut_floor` with an image in the journal's round: later
+    /// entries may be deltas again.
     imaged: HashSet<u64>,
+    /// Journaled modes: blocks backed as never written since the last
+    /// checkpoint and not yet copied, whose private copy starts as zeros.
+    zeroed: HashSet<u64>,
     /// The journal and its group commit, shared with writer threads.
     group: Arc<Group>,
     durability: Durability,
@@ -107,12 +108,11 @@ impl Pager {
             #[cfg(test)]
             moving: None,
             overlay: HashMap::new(),
-            lines: HashMap::new(),
+            pending: HashMap::new(),
             spare: Vec::new(),
-            dirty: HashSet::new(),
-            staged_in: HashMap::new(),
-            applied_top: 0,
+            cut_floor: u64::MAX,
             imaged: HashSet::new(),
+            zeroed: HashSet::new(),
             group: Arc::new(Group::new(store_path.to_path_buf(), seed)),
             durability: Durability::None,
             poisoned: false,
@@ -219,10 +219,16 @@ impl Pager {
     /// Sets the file length (growing or shrinking the secondary partition).
     pub fn set_len(&mut self, len: u64) -> Result<()> {
         if len < self.file.len() {
-            // Blocks cut off come back as zeros, not as journaled, and as
-            // holes: no longer backed.
-            self.imaged.clear();
+            // Blocks cut off come back as zeros, not as the checkpoint left
+            // them, and as holes: no longer backed.
             let end = len.div_ceil(BLOCK_SIZE as u64);
+            self.cut_floor = self.cut_floor.min(end);
+            self.imaged.retain(|&b| b < end);
+            self.zeroed.retain(|&b| b < end);
+            if self.durability != Durability::None {
+                self.overlay.retain(|&b, _| b < end);
+                self.pending.retain(|&b, _| b < end);
+            }
             self.fresh.retain(|&b| b < end);
             let w = (end / 64) as usize;
             if let Some(x) = self.reserved.get_mut(w) {

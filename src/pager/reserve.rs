@@ -1,6 +1,6 @@
 //! Disk space before a first write: a full disk is an error, never a SIGBUS on a mapped write.
 
-use super::Pager;
+use super::{Durability, Pager};
 use crate::error::Result;
 use crate::format::{BlockAt, BLOCK_SIZE};
 
@@ -70,16 +70,19 @@ impl Pager {
             for x in first..first + n {
                 self.bulk_copy(x, true)?;
             }
+        } else if fresh && self.durability != Durability::None {
+            // Journaled modes write nothing into the store file before a
+            // checkpoint: the blocks are allocated (zeros, never written, so
+            // a power cut cannot garble them: a safe base for the round's
+            // deltas), and their private copies start as zeros without a
+            // read through the map.
+            self.file.reserve(off, len)?;
+            self.zeroed.extend(first..first + n);
         } else if fresh {
             // A write of zeros costs less than fallocate plus the map's first
             // read of an unwritten extent (a major fault that zero-fills the
             // page): together those were a third of a bulk load.
             self.file.zero_fill(off, len)?;
-            // The store file's copy is no longer the journaled version:
-            // the next commit of these blocks carries an image.
-            for x in first..first + n {
-                self.imaged.remove(&x);
-            }
         } else {
             self.file.reserve(off, len)?;
         }
