@@ -42,8 +42,7 @@ impl Pager {
     /// `fresh`: the block (or, in the secondary partition, its whole bucket)
     /// is known never written, so it may be zero-filled instead.
     pub fn ensure_reserved(&mut self, b: u64, fresh: bool) -> Result<()> {
-        let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
-        if self.reserved.get(w).is_some_and(|x| x & bit != 0) {
+        if self.is_reserved(b) {
             return Ok(());
         }
         // Back only the block asked for: a bucket's later blocks may never
@@ -64,26 +63,10 @@ impl Pager {
             }
             _ => (b, 1),
         };
-        let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
-        if fresh && self.bulk.is_some() {
-            // A bulk write backs them with its own positioned write.
-            for x in first..first + n {
-                self.bulk_copy(x, true)?;
-            }
-        } else if fresh && self.durability != Durability::None {
-            // Journaled modes write nothing into the store file before a
-            // checkpoint: the blocks are allocated (zeros, never written, so
-            // a power cut cannot garble them: a safe base for the round's
-            // deltas), and their private copies start as zeros without a
-            // read through the map.
-            self.file.reserve(off, len)?;
-            self.zeroed.extend(first..first + n);
-        } else if fresh {
-            // A write of zeros costs less than fallocate plus the map's first
-            // read of an unwritten extent (a major fault that zero-fills the
-            // page): together those were a third of a bulk load.
-            self.file.zero_fill(off, len)?;
+        if fresh {
+            self.back_fresh(first, n)?;
         } else {
+            let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
             self.file.reserve(off, len)?;
         }
         #[cfg(test)]
@@ -94,6 +77,65 @@ impl Pager {
             }
         }
         self.mark_reserved(first, n);
+        Ok(())
+    }
+
+    /// Backs the never-written blocks from `first` to `first + n` that are
+    /// not backed yet, one call per run of them (a split's new primary
+    /// bucket: one call instead of one per block).
+    pub fn ensure_reserved_fresh_run(&mut self, first: u64, n: u64) -> Result<()> {
+        let end = first + n;
+        let mut b = first;
+        while b < end {
+            if self.is_reserved(b) {
+                b += 1;
+                continue;
+            }
+            let start = b;
+            while b < end && !self.is_reserved(b) {
+                b += 1;
+            }
+            self.back_fresh(start, b - start)?;
+            #[cfg(test)]
+            {
+                self.backed.extend(start..b);
+                if let Some(late) = self.moving.as_mut() {
+                    late.extend(start..b);
+                }
+            }
+            self.mark_reserved(start, b - start);
+        }
+        Ok(())
+    }
+
+    fn is_reserved(&self, b: u64) -> bool {
+        self.reserved
+            .get((b / 64) as usize)
+            .is_some_and(|x| x & (1u64 << (b % 64)) != 0)
+    }
+
+    /// Backs `n` never-written blocks from `first` with disk space.
+    fn back_fresh(&mut self, first: u64, n: u64) -> Result<()> {
+        let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
+        if self.bulk.is_some() {
+            // A bulk write backs them with its own positioned write.
+            for x in first..first + n {
+                self.bulk_copy(x, true)?;
+            }
+        } else if self.durability != Durability::None {
+            // Journaled modes write nothing into the store file before a
+            // checkpoint: the blocks are allocated (zeros, never written, so
+            // a power cut cannot garble them: a safe base for the round's
+            // deltas), and their private copies start as zeros without a
+            // read through the map.
+            self.file.reserve(off, len)?;
+            self.zeroed.extend(first..first + n);
+        } else {
+            // A write of zeros costs less than fallocate plus the map's first
+            // read of an unwritten extent (a major fault that zero-fills the
+            // page): together those were a third of a bulk load.
+            self.file.zero_fill(off, len)?;
+        }
         Ok(())
     }
 }

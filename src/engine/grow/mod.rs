@@ -216,9 +216,8 @@ impl State {
         let l = self.index.geometry();
         let per_block = SLOTS_PER_BLOCK as u64;
         let primary = n.div_ceil(per_block).min(l.blocks_per_primary as u64);
-        for i in 0..primary {
-            self.pager.ensure_reserved(l.primary_start(g) + i, true)?;
-        }
+        self.pager
+            .ensure_reserved_fresh_run(l.primary_start(g), primary)?;
         let over = n.saturating_sub(l.primary_capacity() as u64);
         let buckets = over.div_ceil(l.secondary_capacity() as u64);
         let mut r = Ok(());
