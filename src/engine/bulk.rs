@@ -129,7 +129,7 @@ impl State {
         // keys each, so their key filters turn away the FINDs of others.
         tags.sort_unstable_by_key(|t| (t.bucket[o], t.key_fp[o]));
         // The slots in the pass's order: read in sequence, not scattered.
-        let sorted: Vec<SlotBytes> = tags.iter().map(|t| plan.slots[t.i as usize]).collect();
+        let mut sorted: Vec<SlotBytes> = tags.iter().map(|t| plan.slots[t.i as usize]).collect();
         let mut n = 0u64;
         for i in 0..tags.len() {
             let (t, slot) = (&tags[i], &sorted[i]);
@@ -151,10 +151,12 @@ impl State {
         }
         // Every object half reaches the file before any subject half.
         self.pager.flush_bulk()?;
-        drop(sorted);
         tags.sort_unstable_by_key(|t| (!t.changed, t.bucket[s], t.key_fp[s]));
         let changed = tags.iter().take_while(|t| t.changed);
-        let sorted: Vec<SlotBytes> = changed.clone().map(|t| plan.slots[t.i as usize]).collect();
+        // The same buffer again: its pages are mapped already (a fresh one
+        // faulted in tens of megabytes of zeroed pages once more).
+        sorted.clear();
+        sorted.extend(changed.clone().map(|t| plan.slots[t.i as usize]));
         for (t, slot) in changed.zip(&sorted) {
             let (g, kfp) = (t.bucket[s], t.key_fp[s]);
             if insert {
