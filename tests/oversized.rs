@@ -228,3 +228,28 @@ proptest! {
         prop_assert!(report.ok(), "{:?}", report.faults);
     }
 }
+
+/// Regression: a bulk `delete_batch` holding an oversized tag (which no
+/// store can hold) left it out of its plan but kept addressing the encoded
+/// slots by batch position, so every tag after it was looked up with its
+/// neighbour's slot: those tags stayed, and the last one indexed past the
+/// slots (a panic).
+#[test]
+fn a_bulk_delete_with_an_oversized_tag_deletes_every_other_tag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::create(dir.path().join("s.tags"), &opts()).expect("create");
+    store.set_bulk_limits(64, 4096);
+    let tags: Vec<Tag> = (0..300)
+        .map(|i| Tag::new(format!("o{i}"), "r", format!("s{}", i % 17)))
+        .collect();
+    store.insert_batch(&tags).1.expect("load");
+    let big = Tag::new("x".repeat(100), "r", "y".repeat(100));
+    let mut gone: Vec<Tag> = tags[..200].to_vec();
+    gone.insert(7, big.clone());
+    gone.insert(150, big);
+    let (out, r) = store.delete_batch(&gone);
+    r.expect("bulk delete");
+    assert_eq!((out.changed, out.unchanged), (200, 2));
+    let want: BTreeSet<Tag> = tags[200..].iter().cloned().collect();
+    assert_state(&store, &want, "after the bulk delete");
+}

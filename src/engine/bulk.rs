@@ -20,8 +20,11 @@ use crate::pager::Durability;
 
 /// One tag of a bulk batch: where its halves go.
 pub(super) struct BulkTag {
-    /// Position in the batch (and in its encoded slots).
+    /// Position in the batch.
     i: u32,
+    /// Position of its encoded slot in [`BulkPlan`]'s slots (a delete
+    /// leaves oversized tags out, so it may be less than `i`).
+    at: u32,
     bucket: [u32; 2],
     key_fp: [u16; 2],
     th: u64,
@@ -83,6 +86,7 @@ impl State {
             let p = Half::BOTH.map(|h| place(&geo, seed, h, &tag.relationship, name(h)));
             tags.push(BulkTag {
                 i: i as u32,
+                at: slots.len() as u32,
                 bucket: p.map(|x| x.bucket),
                 key_fp: p.map(|x| x.fp()),
                 th: tag_hash(seed, used_prefix(&slot)),
@@ -129,7 +133,7 @@ impl State {
         // keys each, so their key filters turn away the FINDs of others.
         tags.sort_unstable_by_key(|t| (t.bucket[o], t.key_fp[o]));
         // The slots in the pass's order: read in sequence, not scattered.
-        let mut sorted: Vec<SlotBytes> = tags.iter().map(|t| plan.slots[t.i as usize]).collect();
+        let mut sorted: Vec<SlotBytes> = tags.iter().map(|t| plan.slots[t.at as usize]).collect();
         let mut n = 0u64;
         for i in 0..tags.len() {
             let (t, slot) = (&tags[i], &sorted[i]);
@@ -156,7 +160,7 @@ impl State {
         // The same buffer again: its pages are mapped already (a fresh one
         // faulted in tens of megabytes of zeroed pages once more).
         sorted.clear();
-        sorted.extend(changed.clone().map(|t| plan.slots[t.i as usize]));
+        sorted.extend(changed.clone().map(|t| plan.slots[t.at as usize]));
         for (t, slot) in changed.zip(&sorted) {
             let (g, kfp) = (t.bucket[s], t.key_fp[s]);
             if insert {
