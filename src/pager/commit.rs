@@ -56,6 +56,9 @@ pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
 /// batches, each time writing every block touched twice.
 const OVERLAY_PER_JOURNAL: u64 = 4;
 
+/// Images per commit of a checkpoint (at most 16 MiB before encoding).
+const CHECKPOINT_COMMIT_BLOCKS: usize = 4096;
+
 /// Unused private-copy buffers kept for reuse (4 MiB of blocks).
 const SPARE_COPIES: usize = 1024;
 
@@ -257,13 +260,22 @@ impl Pager {
         if !self.overlay.is_empty() && self.durability != Durability::None {
             #[cfg(debug_assertions)]
             self.check_round_rebuilds_the_copies()?;
-            let mut blocks = self.memory_blocks();
-            blocks.retain(|n| *n < self.file.len() / BLOCK_SIZE as u64);
-            let images: Vec<Change<'_>> = blocks
-                .iter()
-                .filter_map(|n| Some(Change::Image(*n, self.overlay.get(n)?)))
-                .collect();
-            group.append(s, images)?;
+            let blocks = self.memory_blocks();
+            let file_blocks = self.file.len() / BLOCK_SIZE as u64;
+            if let Some(n) = blocks.iter().find(|n| **n >= file_blocks) {
+                return Err(Error::corrupt(format!(
+                    "block {n} changed in memory lies past the store file's end ({file_blocks} blocks)"
+                )));
+            }
+            // Several commits of bounded size (images need no order): one
+            // commit's buffer stays small and its length fits its header.
+            for chunk in blocks.chunks(CHECKPOINT_COMMIT_BLOCKS) {
+                let images: Vec<Change<'_>> = chunk
+                    .iter()
+                    .filter_map(|n| Some(Change::Image(*n, self.overlay.get(n)?)))
+                    .collect();
+                group.append(s, images)?;
+            }
             group.note_len(s);
             group.hook(SyncPoint::JournalSynced);
             for n in blocks {
@@ -311,6 +323,16 @@ impl Pager {
                 debug_assert!(
                     img[..] == copy[..],
                     "block {n}: the journal's round does not rebuild its private copy"
+                );
+            }
+        }
+        // A copy the round never names must still be the file's copy.
+        for (n, copy) in &self.overlay {
+            if !round.images.contains_key(n) {
+                let base = super::replay::file_base(file, *n)?;
+                debug_assert!(
+                    base[..] == copy[..],
+                    "block {n}: changed in memory but never journaled"
                 );
             }
         }

@@ -68,6 +68,8 @@ const ENTRY_1: usize = 8 + BLOCK_SIZE;
 /// First and largest step of writing the file ahead.
 const AHEAD_MIN: u64 = 256 << 10;
 const AHEAD_MAX: u64 = 1 << 20;
+/// File size past which a reset gives the room back.
+const SHRINK_PAST: u64 = 128 << 20;
 
 /// Path of the journal beside a store file.
 pub fn journal_path(store: &Path) -> PathBuf {
@@ -89,10 +91,10 @@ pub fn starts_with_commit(path: &Path) -> bool {
 pub struct Round {
     pub images: HashMap<u64, Vec<u8>>,
     pub commits: usize,
-    /// Some block was rebuilt from the store file's copy (a version-4
-    /// delta with no image before it): writing the round back could tear
-    /// that copy, the only base its entries have.
-    pub from_file: bool,
+    /// Blocks rebuilt from the store file's copy (a version-4 delta with
+    /// no image before it): writing the round back could tear that copy,
+    /// the only base their entries have.
+    pub from_file: foldhash::HashSet<u64>,
 }
 
 /// One entry of a commit, as written.
@@ -271,7 +273,7 @@ impl Journal {
                     Entry::Delta(d) => {
                         if version == VERSION && !out.images.contains_key(&b) {
                             out.images.insert(b, base(b)?);
-                            out.from_file = true;
+                            out.from_file.insert(b);
                         }
                         let img = out.images.get_mut(&b).ok_or_else(|| {
                             Error::corrupt(format!(
@@ -326,7 +328,12 @@ impl Journal {
             let len = (buf.len() - at - 4) as u32 | flag;
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
         }
-        let body = (buf.len() - HEADER) as u32;
+        let body = u32::try_from(buf.len() - HEADER).map_err(|_| {
+            Error::corrupt(format!(
+                "journal commit of {} bytes is too large for its header",
+                buf.len()
+            ))
+        })?;
         buf[32..36].copy_from_slice(&body.to_le_bytes());
         let crc = crc32fast::hash(&buf);
         buf.extend_from_slice(&crc.to_le_bytes());
@@ -371,6 +378,11 @@ impl Journal {
         self.pos = 0;
         self.next_seq = 0;
         self.salt = new_salt(self.salt);
+        // A checkpoint's images may have grown the file far past a round's
+        // usual size: give the room back (a later round writes it ahead again).
+        if self.written > SHRINK_PAST && self.file.set_len(AHEAD_MAX).is_ok() {
+            self.written = AHEAD_MAX;
+        }
         Ok(())
     }
 

@@ -222,13 +222,18 @@ impl Pager {
             // Blocks cut off come back as zeros, not as the checkpoint left
             // them, and as holes: no longer backed.
             let end = len.div_ceil(BLOCK_SIZE as u64);
+            let journaled = self.durability != Durability::None;
+            if let Some(n) = self.overlay.keys().find(|&&b| journaled && b >= end) {
+                // Its changes are in the journal's round, which a replay
+                // would apply past the new end (a checkpoint comes first).
+                return Err(Error::corrupt(format!(
+                    "cutting the file to {end} blocks would drop block {n}, changed since the last checkpoint"
+                )));
+            }
             self.cut_floor = self.cut_floor.min(end);
             self.imaged.retain(|&b| b < end);
             self.zeroed.retain(|&b| b < end);
-            if self.durability != Durability::None {
-                self.overlay.retain(|&b, _| b < end);
-                self.pending.retain(|&b, _| b < end);
-            }
+
             self.fresh.retain(|&b| b < end);
             let w = (end / 64) as usize;
             if let Some(x) = self.reserved.get_mut(w) {

@@ -29,12 +29,19 @@ pub fn journal_pending(path: &Path) -> bool {
 
 /// Checks a journaled image of block `n`: a superblock for block 0, a
 /// block with a valid checksum for any data block; never the intent block.
-fn check_image(n: u64, img: &[u8], path: &Path) -> Result<()> {
+fn check_image(n: u64, img: &[u8], path: &Path, from_file: bool) -> Result<()> {
     let ok = if n == SUPERBLOCK_BLOCK {
         matches!(Superblock::decode(img), Ok(Some(_)))
     } else {
         n >= PRIMARY_BASE && BlockRef(img).crc_ok()
     };
+    if !ok && from_file {
+        return Err(Error::corrupt(format!(
+            "block {n} of {} is damaged: the changes {} journals for it do not give a valid block",
+            path.display(),
+            journal_path(path).display()
+        )));
+    }
     if !ok {
         return Err(Error::corrupt(format!(
             "journal {}: commit holds a bad image for block {n}",
@@ -51,7 +58,7 @@ fn needed_len(round: &Round, geo: &Layout, path: &Path, file_len: u64) -> Result
     let mut layout = *geo;
     let mut top = 0u64;
     for (n, img) in &round.images {
-        check_image(*n, img, path)?;
+        check_image(*n, img, path, round.from_file.contains(n))?;
         if *n == SUPERBLOCK_BLOCK {
             if let Ok(Some(sb)) = Superblock::decode(img) {
                 layout = sb.layout;
@@ -100,8 +107,8 @@ pub fn replay_journal(
 ) -> Result<usize> {
     let mut j = Journal::open(path, seed)?;
     let round = j.read_round(&|n| file_base(file, n))?;
-    guard_write_back(&mut j, &round);
     let len = needed_len(&round, geo, path, file.len())?;
+    guard_write_back(&mut j, &round);
     if len > file.len() {
         file.set_len(len)?;
     }
@@ -122,7 +129,7 @@ pub fn replay_journal(
 /// no store-file copy of them (the checkpoint's argument, §6.1). Best
 /// effort: with no room for it on the disk, the replay goes on without.
 fn guard_write_back(j: &mut Journal, round: &Round) {
-    if !round.from_file {
+    if round.from_file.is_empty() {
         return;
     }
     let mut blocks: Vec<(&u64, &Vec<u8>)> = round.images.iter().collect();
@@ -178,7 +185,7 @@ mod tests {
         let garbled = |_| Ok(vec![0x5Au8; BLOCK_SIZE]);
         let mut j = Journal::open(&store, 9).expect("reopen");
         let round = j.read_round(&intact).expect("read");
-        assert!(round.from_file);
+        assert!(round.from_file.contains(&5));
         assert_eq!(round.images[&5], new);
         guard_write_back(&mut j, &round);
         drop(j);
