@@ -64,20 +64,13 @@ impl Pager {
             _ => (b, 1),
         };
         if fresh {
-            self.back_fresh(first, n)?;
+            self.back_fresh(first, n)
         } else {
             let (off, len) = (first * BLOCK_SIZE as u64, n * BLOCK_SIZE as u64);
             self.file.reserve(off, len)?;
+            self.backed_now(first, n);
+            Ok(())
         }
-        #[cfg(test)]
-        {
-            self.backed.extend(first..first + n);
-            if let Some(late) = self.moving.as_mut() {
-                late.extend(first..first + n);
-            }
-        }
-        self.mark_reserved(first, n);
-        Ok(())
     }
 
     /// Backs the never-written blocks from `first` to `first + n` that are
@@ -96,16 +89,20 @@ impl Pager {
                 b += 1;
             }
             self.back_fresh(start, b - start)?;
-            #[cfg(test)]
-            {
-                self.backed.extend(start..b);
-                if let Some(late) = self.moving.as_mut() {
-                    late.extend(start..b);
-                }
-            }
-            self.mark_reserved(start, b - start);
         }
         Ok(())
+    }
+
+    /// Marks `n` blocks from `first` as backed by this handle.
+    fn backed_now(&mut self, first: u64, n: u64) {
+        #[cfg(test)]
+        {
+            self.backed.extend(first..first + n);
+            if let Some(late) = self.moving.as_mut() {
+                late.extend(first..first + n);
+            }
+        }
+        self.mark_reserved(first, n);
     }
 
     fn is_reserved(&self, b: u64) -> bool {
@@ -136,6 +133,7 @@ impl Pager {
             // page): together those were a third of a bulk load.
             self.file.zero_fill(off, len)?;
         }
+        self.backed_now(first, n);
         Ok(())
     }
 }
