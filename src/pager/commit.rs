@@ -16,7 +16,7 @@ use std::sync::Arc;
 /// completes or removes the interrupted tag. The modes differ on power loss.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
-    /// Each INSERT/DELETE call is durable when it returns: its block images are
+    /// Each INSERT/DELETE call is durable when it returns: its block changes are
     /// journaled and fsynced first (SQLite `synchronous=FULL`, redb `Immediate`).
     Immediate,
     /// Changes are journaled in memory and become durable together at the next
@@ -162,8 +162,8 @@ impl Pager {
             // thread's stage may hold this caller's changes).
             return Ok(Some(self.group.last_staged()));
         }
-        let stage = self.stage_dirty().inspect_err(|_| {
-            // Changes left the dirty set without reaching the queue: the
+        let stage = self.stage_pending().inspect_err(|_| {
+            // Changes left the pending map without reaching the queue: the
             // handle is unusable; reopening replays what is durable.
             self.fail();
         })?;
@@ -186,7 +186,7 @@ impl Pager {
 
     /// Queues the blocks written since their last stage as one stage:
     /// each as the words that changed, or whole where it needs an image.
-    fn stage_dirty(&mut self) -> Result<u64> {
+    fn stage_pending(&mut self) -> Result<u64> {
         let mut blocks = Vec::with_capacity(self.pending.len());
         let pending: Vec<(u64, Pending)> = self.pending.drain().collect();
         for (n, p) in pending {
@@ -239,7 +239,7 @@ impl Pager {
     pub fn checkpoint(&mut self) -> Result<()> {
         let group = Arc::clone(&self.group);
         if self.durability != Durability::None && !self.pending.is_empty() {
-            self.stage_dirty().inspect_err(|_| self.fail())?;
+            self.stage_pending().inspect_err(|_| self.fail())?;
         }
         // Every stage into the round being closed (other threads' too: none
         // can stage while this one holds the store's lock).
