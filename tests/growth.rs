@@ -54,6 +54,45 @@ fn a_batch_into_a_fresh_store_takes_the_pre_sized_layout() {
     assert_eq!(got, batch.into_iter().collect::<BTreeSet<_>>());
 }
 
+/// Regression: a batch grew the store for its whole length before knowing
+/// which tags were new, so inserting a batch again (an import run twice)
+/// doubled the store; half-present, it grew it as if all were new.
+#[test]
+fn a_batch_grows_the_store_for_its_new_tags_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = fresh(&dir);
+    let batch = tags(60_000, "o");
+    s.insert_batch(&batch).1.expect("first load");
+    let loaded = s.geometry().primary_buckets_per_half;
+    let (out, r) = s.insert_batch(&batch);
+    r.expect("the same batch again");
+    assert_eq!((out.changed, out.unchanged), (0, 60_000));
+    // A margin of 1/64 of the batch may split a few more; growing for the
+    // whole batch again would double them.
+    let again = s.geometry().primary_buckets_per_half;
+    assert!(
+        again * 100 <= loaded * 103,
+        "{loaded} -> {again} buckets per half"
+    );
+    // Every other tag of a batch twice the size is present (a sample that
+    // strode in step with that order would see none of them).
+    let wider: Vec<Tag> = tags(60_000, "o")
+        .into_iter()
+        .zip(tags(60_000, "p"))
+        .flat_map(|(a, b)| [b, a])
+        .collect();
+    s.insert_batch(&wider).1.expect("half new");
+    let after = s.geometry().primary_buckets_per_half as u64;
+    // 120,000 tags need 1,715 buckets per half at 0.7 fill; growing for
+    // all 120,000 of the batch would ask for 2,572.
+    assert!(
+        after * 70 >= 120_000 && after <= 2_000,
+        "{after} buckets per half"
+    );
+    assert_eq!(s.len(), 120_000);
+    assert!(s.check().expect("check").ok());
+}
+
 #[test]
 fn a_batch_into_a_store_with_tags_splits_ahead_and_keeps_everything() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -177,22 +177,26 @@ impl Store {
     ) -> (BatchOutcome, Result<()>) {
         let out = BatchOutcome::default();
         let it = tags.into_iter();
-        if insert {
-            // Grow once for the whole batch (as far as its length is known),
-            // so its tags are not moved by splits as they arrive.
-            let extra = it.size_hint().0 as u64;
-            if extra > 1024 {
-                let grown = self.write().and_then(|mut st| st.grow_for(extra));
-                if let Err(e) = grown {
-                    return (out, Err(e));
-                }
+        let known = it.size_hint().0;
+        if known <= 1024 && known < self.bulk_min.load(Ordering::Relaxed) {
+            return self.one_by_one(it, insert, out);
+        }
+        let all: Vec<&Tag> = it.collect();
+        if insert && all.len() > 1024 {
+            // Grow once for the tags of the batch that are new, so they are
+            // not moved by splits as they arrive.
+            let grown = self.write().and_then(|mut st| {
+                let extra = st.estimate_new(&all)?;
+                st.grow_for(extra)
+            });
+            if let Err(e) = grown {
+                return (out, Err(e));
             }
         }
-        if it.size_hint().0 >= self.bulk_min.load(Ordering::Relaxed) {
-            let all: Vec<&Tag> = it.collect();
+        if all.len() >= self.bulk_min.load(Ordering::Relaxed) {
             return self.bulk(&all, insert, out);
         }
-        self.one_by_one(it, insert, out)
+        self.one_by_one(all.iter().copied(), insert, out)
     }
 
     /// Applies a batch tag by tag, taking the write lock once per chunk.

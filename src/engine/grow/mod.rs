@@ -10,8 +10,9 @@ mod tidy;
 
 use super::state::State;
 use crate::error::Result;
+use crate::format::tag::encode;
 use crate::format::{
-    Geometry, Half, Intent, IntentOp, Layout, SlotAddr, BLOCK_SIZE, SLOTS_PER_BLOCK,
+    Geometry, Half, Intent, IntentOp, Layout, SlotAddr, Tag, BLOCK_SIZE, SLOTS_PER_BLOCK,
 };
 use crate::index::{Index, Tables};
 use std::sync::atomic::Ordering;
@@ -19,6 +20,9 @@ use std::sync::atomic::Ordering;
 /// Mean primary fill (tags per half ÷ primary slots per half) past which
 /// an INSERT splits a bucket (plus the layout's allowance, in tags).
 pub const SPLIT_FILL: f64 = 0.7;
+
+/// Tags of a batch looked up to estimate how many are new.
+const NEW_SAMPLE: usize = 256;
 
 /// Most splits one INSERT makes (splits postponed while readers stream
 /// results are caught up a few at a time).
@@ -30,6 +34,32 @@ impl State {
     /// none). True if any bucket split.
     pub fn grow(&mut self) -> Result<bool> {
         self.grow_to(1, SPLITS_PER_CALL)
+    }
+
+    /// About how many of `batch` are new to the store: all of them in an
+    /// empty (or half-only) store, else the share absent from a sample of
+    /// 256, plus 1/64 of the batch. Re-inserting a file whose
+    /// tags are mostly present grew the store as if all were new: a second
+    /// `insert --file` of 500,000 tags, 320,000 of them present, left a
+    /// 510 MB file where a clean load leaves 279 MB.
+    pub fn estimate_new(&self, batch: &[&Tag]) -> Result<u64> {
+        let n = batch.len();
+        if self.tag_count == 0 || self.half_only() || n == 0 {
+            return Ok(n as u64);
+        }
+        let k = n.min(NEW_SAMPLE);
+        let mut absent = 0;
+        for j in 0..k {
+            // Spread by a multiplicative hash, not a stride: a stride could
+            // fall in step with the batch's order (every other line).
+            let t = batch[((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n as u64) as usize];
+            let present = match encode(t) {
+                Ok(slot) => self.contains(&slot, Half::Object)?,
+                Err(_) => false,
+            };
+            absent += usize::from(!present);
+        }
+        Ok((n * absent).div_ceil(k) as u64 + n as u64 / 64)
     }
 
     /// Splits ahead of a batch of `extra` tags about to be inserted, so
