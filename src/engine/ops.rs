@@ -186,7 +186,7 @@ impl Store {
             // Grow once for the tags of the batch that are new, so they are
             // not moved by splits as they arrive.
             let grown = self.write().and_then(|mut st| {
-                let extra = st.estimate_new(&all)?;
+                let extra = st.estimate_new(&all, all.len() as u64)?;
                 st.grow_for(extra)
             });
             if let Err(e) = grown {
@@ -303,6 +303,14 @@ impl Store {
     /// store never written to takes the layout `expected_tags` would give.
     pub fn reserve(&self, additional: u64) -> Result<()> {
         self.write()?.grow_for(additional).map(|_| ())
+    }
+
+    /// About how many of `of` tags drawn like `sample` the store does not
+    /// hold yet, judged by up to 256 of the sample (for [`Store::reserve`]
+    /// ahead of a load that may repeat stored tags).
+    pub fn estimate_new(&self, sample: &[Tag], of: u64) -> Result<u64> {
+        let refs: Vec<&Tag> = sample.iter().collect();
+        self.read().estimate_new(&refs, of)
     }
 
     /// Lets the store take `tags` more tags past the split fill before it

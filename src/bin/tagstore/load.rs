@@ -185,7 +185,11 @@ fn read_and_apply<R: io::BufRead>(
                 // (0.5 M npm lines estimated 1 % low: 504 MB of file for
                 // 252 MB of buckets), while 4 % too many buckets costs 4 %.
                 let lines = total.saturating_mul(reader.line_no()) / reader.bytes_read().max(1);
-                let new = new_lines(store, &chunk, lines).map_err(|e| format!("{name}: {e}"))?;
+                // Only the share of the lines the store does not hold yet:
+                // a file inserted again must not grow it.
+                let new = store
+                    .estimate_new(&chunk, lines)
+                    .map_err(|e| format!("{name}: {e}"))?;
                 store
                     .reserve(new.saturating_add(new / RESERVE_MARGIN))
                     .map_err(|e| format!("{name}: {e}"))?;
@@ -196,30 +200,6 @@ fn read_and_apply<R: io::BufRead>(
         }
     }
     apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)
-}
-
-/// About how many of a file's `lines` are new to the store, judged by the
-/// share of a sample of the first `chunk` that it does not hold:
-/// re-inserting a file whose tags are present grew the store as if every
-/// line were new (a second `insert --file` of 500,000 npm tags: 519 MB of
-/// file where one load leaves 278 MB). All of them in an empty store.
-fn new_lines(store: &Store, chunk: &[Tag], lines: u64) -> Result<u64, tagstore::Error> {
-    const SAMPLE: usize = 256;
-    if store.is_empty() || chunk.is_empty() {
-        return Ok(lines);
-    }
-    let k = chunk.len().min(SAMPLE);
-    let mut absent = 0u64;
-    for j in 0..k {
-        // Spread by a multiplicative hash, not a stride: a stride could
-        // fall in step with the file's order (every other line).
-        let at = (j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % chunk.len() as u64;
-        absent += u64::from(!store.contains(&chunk[at as usize])?);
-    }
-    if absent == k as u64 {
-        return Ok(lines);
-    }
-    Ok((lines.saturating_mul(absent)).div_ceil(k as u64) + lines / 64)
 }
 
 /// Applies a chunk and clears it; an error names the line it stopped at.

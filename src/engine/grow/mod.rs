@@ -36,30 +36,34 @@ impl State {
         self.grow_to(1, SPLITS_PER_CALL)
     }
 
-    /// About how many of `batch` are new to the store: all of them in an
-    /// empty (or half-only) store, else the share absent from a sample of
-    /// 256, plus 1/64 of the batch. Re-inserting a file whose
-    /// tags are mostly present grew the store as if all were new: a second
-    /// `insert --file` of 500,000 tags, 320,000 of them present, left a
-    /// 510 MB file where a clean load leaves 279 MB.
-    pub fn estimate_new(&self, batch: &[&Tag]) -> Result<u64> {
-        let n = batch.len();
+    /// About how many of `of` tags drawn like `sample` are new to the
+    /// store: all of them in an empty (or half-only) store or when none of
+    /// a sample of 256 is stored, else the share of the sample absent plus
+    /// 1/64 of `of`. Re-inserting a file whose tags are mostly present grew
+    /// the store as if all were new: a second `insert --file` of 500,000
+    /// tags, 320,000 of them present, left a 510 MB file where a clean load
+    /// leaves 279 MB.
+    pub fn estimate_new(&self, sample: &[&Tag], of: u64) -> Result<u64> {
+        let n = sample.len();
         if self.tag_count == 0 || self.half_only() || n == 0 {
-            return Ok(n as u64);
+            return Ok(of);
         }
         let k = n.min(NEW_SAMPLE);
-        let mut absent = 0;
+        let mut absent = 0u64;
         for j in 0..k {
             // Spread by a multiplicative hash, not a stride: a stride could
             // fall in step with the batch's order (every other line).
-            let t = batch[((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n as u64) as usize];
+            let t = sample[((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n as u64) as usize];
             let present = match encode(t) {
                 Ok(slot) => self.contains(&slot, Half::Object)?,
                 Err(_) => false,
             };
-            absent += usize::from(!present);
+            absent += u64::from(!present);
         }
-        Ok((n * absent).div_ceil(k) as u64 + n as u64 / 64)
+        if absent == k as u64 {
+            return Ok(of);
+        }
+        Ok(of.saturating_mul(absent).div_ceil(k as u64) + of / 64)
     }
 
     /// Splits ahead of a batch of `extra` tags about to be inserted, so
