@@ -89,6 +89,9 @@ impl Pager {
         };
         let mut run: Vec<u8> = Vec::new();
         let mut i = 0;
+        // The span written, whose write-back starts now (`writeback.rs`):
+        // the final sync of a 0.5 M-tag npm load then waits for none of it.
+        let (mut lo, mut hi) = (u64::MAX, 0u64);
         while i < order.len() {
             let start = order[i];
             run.clear();
@@ -118,9 +121,14 @@ impl Pager {
             // otherwise fault (5 M tags: FIND by object p50 1.15 µs
             // without, 0.82 µs with).
             self.file.populate(at, run.len() as u64);
+            lo = lo.min(at);
+            hi = hi.max(at + run.len() as u64);
             for b in start..next {
                 self.mark_verified(b);
             }
+        }
+        if lo < hi {
+            self.file.start_writeback(lo, hi - lo);
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! The store file: an exclusively or shared-locked file mapped with memmap2.
 
+use super::writeback::Writeback;
 use crate::error::{Error, Result};
 use crate::format::BLOCK_SIZE;
 use foldhash::HashMap;
@@ -31,6 +32,8 @@ pub struct MappedFile {
     /// Such a block reads as zeros without touching the map and is backed
     /// before its first write, so a full tmpfs still serves reads and deletes.
     holes: Option<Vec<u64>>,
+    /// Write-back of bulk runs started in the background.
+    writeback: Writeback,
 }
 
 /// True when `e` reports a full disk.
@@ -252,6 +255,7 @@ impl MappedFile {
             mapped,
             tmpfs,
             holes: None,
+            writeback: Writeback::default(),
         })
     }
 
@@ -528,6 +532,12 @@ impl MappedFile {
                 libc::MADV_POPULATE_READ,
             );
         }
+    }
+
+    /// Starts writing `[off, off+len)` back to the disk in the background,
+    /// so the next sync finds it written or on its way (a hint).
+    pub fn start_writeback(&mut self, off: u64, len: u64) {
+        self.writeback.start(&self.file, off, len);
     }
 
     /// Reads bytes at an offset with a positioned read (not through the map).

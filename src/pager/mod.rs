@@ -14,6 +14,7 @@ mod journal;
 mod replay;
 mod reserve;
 mod write;
+mod writeback;
 
 use commit::Pending;
 #[cfg(feature = "test-hooks")]
