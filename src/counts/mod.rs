@@ -62,8 +62,14 @@ impl Feed {
     /// Records that tag `t` was inserted (`d` = 1) or deleted (`d` = -1).
     #[inline]
     pub fn change(&mut self, t: &Tag, d: i64) {
+        self.change_key(&t.relationship, &t.subject, d);
+    }
+
+    /// Records `d` tags of (relationship, subject) inserted (or deleted, `d` < 0).
+    #[inline]
+    pub fn change_key(&mut self, relationship: &str, subject: &str, d: i64) {
         if self.counting {
-            self.pending.add(&t.relationship, &t.subject, d);
+            self.pending.add(relationship, subject, d);
         } else {
             self.stale = true;
         }

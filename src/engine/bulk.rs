@@ -13,17 +13,16 @@
 use super::state::State;
 use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
-use crate::format::tag::{decode, encode, used_prefix, SLOT_SIZE};
+use crate::format::tag::{decode, encode, subject_key, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
 use crate::index::Found;
 use crate::pager::Durability;
 
 /// One tag of a bulk batch: where its halves go.
 pub(super) struct BulkTag {
-    /// Position in the batch.
-    i: u32,
     /// Position of its encoded slot in [`BulkPlan`]'s slots (a delete
-    /// leaves oversized tags out, so it may be less than `i`).
+    /// leaves oversized tags out, so it may be less than the tag's
+    /// position in the batch).
     at: u32,
     bucket: [u32; 2],
     key_fp: [u16; 2],
@@ -40,16 +39,54 @@ pub(super) struct BulkPlan {
     /// The caller guarantees the tags distinct and absent (maintenance's
     /// copy): no duplicate check.
     pub(super) known_absent: bool,
+    /// The tags the batch changed, by (relationship, subject): the
+    /// counters' changes, one per key instead of one per tag.
+    pub(super) by_key: KeyRuns,
 }
 
-impl BulkPlan {
-    /// Which of the batch's `n` tags the batch changed, by position.
-    pub(super) fn changed(&self, n: usize) -> Vec<bool> {
-        let mut out = vec![false; n];
-        for t in self.tags.iter().filter(|t| t.changed) {
-            out[t.i as usize] = true;
+/// Keys and how many tags each, their bytes copied one after another (read
+/// back in sequence: looking each up in the batch by position was a cache
+/// miss per key, and slower than one change per tag).
+#[derive(Default)]
+pub(super) struct KeyRuns {
+    text: Vec<u8>,
+    /// Per key: where the relationship ends and the subject ends in `text`,
+    /// and how many tags.
+    runs: Vec<(u32, u32, u32)>,
+}
+
+impl KeyRuns {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.runs.clear();
+    }
+
+    /// One more tag of key `(rel_len, bytes)`; `same`: the previous tag's key.
+    fn push(&mut self, (rel_len, bytes): (u8, &[u8]), same: bool) {
+        match self.runs.last_mut() {
+            Some((_, _, n)) if same => *n += 1,
+            _ => {
+                let at = self.text.len();
+                self.text.extend_from_slice(bytes);
+                let rel_end = (at + rel_len as usize) as u32;
+                self.runs.push((rel_end, self.text.len() as u32, 1));
+            }
         }
-        out
+    }
+
+    /// Each key's relationship, subject and tag count.
+    pub(super) fn iter(&self) -> impl Iterator<Item = Result<(&str, &str, u32)>> + '_ {
+        let mut at = 0usize;
+        self.runs.iter().map(move |&(r, e, n)| {
+            let (r, e) = (r as usize, e as usize);
+            let rel = std::str::from_utf8(&self.text[at..r]);
+            let sub = std::str::from_utf8(&self.text[r..e]);
+            at = e;
+            match (rel, sub) {
+                (Ok(rel), Ok(sub)) => Ok((rel, sub, n)),
+                _ => Err(Error::corrupt("a bulk batch's key is not UTF-8")),
+            }
+        })
     }
 }
 
@@ -73,7 +110,7 @@ impl State {
         let (geo, seed) = (self.index.geometry(), self.index.seed());
         let mut slots = Vec::with_capacity(batch.len());
         let mut tags = Vec::with_capacity(batch.len());
-        for (i, &tag) in batch.iter().enumerate() {
+        for &tag in batch {
             let slot = match encode(tag) {
                 Ok(s) => s,
                 Err(Error::TagTooLarge { .. }) if !insert => continue,
@@ -85,7 +122,6 @@ impl State {
             };
             let p = Half::BOTH.map(|h| place(&geo, seed, h, &tag.relationship, name(h)));
             tags.push(BulkTag {
-                i: i as u32,
                 at: slots.len() as u32,
                 bucket: p.map(|x| x.bucket),
                 key_fp: p.map(|x| x.fp()),
@@ -98,13 +134,14 @@ impl State {
             slots,
             tags,
             known_absent: false,
+            by_key: KeyRuns::default(),
         })
     }
 
     /// Inserts (or deletes) the planned tags (mapped mode, a whole store):
     /// the object halves in bucket order, then the subject halves of the
     /// tags whose object half changed. Returns how many tags changed
-    /// ([`BulkPlan::changed`]).
+    /// (`BulkPlan::by_key` counts them by key).
     pub(super) fn bulk_apply(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
         self.pager.write_intent(&bulk_intent())?;
         self.pager.begin_bulk();
@@ -161,7 +198,14 @@ impl State {
         // faulted in tens of megabytes of zeroed pages once more).
         sorted.clear();
         sorted.extend(changed.clone().map(|t| plan.slots[t.at as usize]));
+        // A key's tags are adjacent in this order (unless another key has
+        // the same bucket and fingerprint): each run is one count change.
+        plan.by_key.clear();
+        let mut last: Option<(u8, &[u8])> = None;
         for (t, slot) in changed.zip(&sorted) {
+            let key = subject_key(slot);
+            plan.by_key.push(key, last == Some(key));
+            last = Some(key);
             let (g, kfp) = (t.bucket[s], t.key_fp[s]);
             if insert {
                 self.put_half(slot, g, kfp, t.th)?;

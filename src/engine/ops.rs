@@ -279,11 +279,10 @@ impl Store {
                 }
                 let mut plan = st.bulk_plan(round, insert)?;
                 let n = st.bulk_apply(&mut plan, insert)?;
-                let delta = if insert { 1 } else { -1 };
-                for (t, changed) in round.iter().zip(plan.changed(round.len())) {
-                    if changed {
-                        st.feed.change(t, delta);
-                    }
+                let sign = if insert { 1 } else { -1 };
+                for key in plan.by_key.iter() {
+                    let (rel, sub, k) = key?;
+                    st.feed.change_key(rel, sub, sign * k as i64);
                 }
                 out.changed += n;
                 out.unchanged += round.len() as u64 - n;

@@ -146,6 +146,15 @@ fn all_zero(b: &[u8]) -> bool {
     words.iter().fold(0u64, |a, w| a | u64::from_ne_bytes(*w)) == 0 && rest.iter().all(|&x| x == 0)
 }
 
+/// The subject half's key in an encoded slot: the relationship's length,
+/// and the relationship and subject bytes (adjacent in a slot). Two slots
+/// give equal values exactly when their tags share that key.
+pub fn subject_key(slot: &[u8]) -> (u8, &[u8]) {
+    let start = SLOT_HEADER + slot[1] as usize;
+    let end = start + slot[2] as usize + slot[3] as usize;
+    (slot[2], slot.get(start..end).unwrap_or_default())
+}
+
 /// Used prefix of an encoded slot.
 pub fn used_prefix(slot: &[u8]) -> &[u8] {
     let len = SLOT_HEADER + slot[1] as usize + slot[2] as usize + slot[3] as usize;
@@ -155,6 +164,18 @@ pub fn used_prefix(slot: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The bulk path counts a run of equal subject keys as one change: a
+    /// key must not match another that splits the same bytes differently.
+    #[test]
+    fn subject_keys_differ_where_the_relationship_ends() {
+        let a = encode(&Tag::new("o", "ab", "c")).expect("fits");
+        let b = encode(&Tag::new("p", "a", "bc")).expect("fits");
+        let c = encode(&Tag::new("q", "ab", "c")).expect("fits");
+        assert_ne!(subject_key(&a), subject_key(&b));
+        assert_eq!(subject_key(&a), subject_key(&c));
+        assert_eq!(subject_key(&a).1, b"abc");
+    }
 
     #[test]
     fn roundtrip_and_limits() {
