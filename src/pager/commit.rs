@@ -59,9 +59,6 @@ const OVERLAY_PER_JOURNAL: u64 = 4;
 /// Images per commit of a checkpoint (at most 16 MiB before encoding).
 const CHECKPOINT_COMMIT_BLOCKS: usize = 4096;
 
-/// Unused private-copy buffers kept for reuse (4 MiB of blocks).
-const SPARE_COPIES: usize = 1024;
-
 impl Pager {
     /// The durability mode.
     pub fn durability(&self) -> Durability {
@@ -120,7 +117,7 @@ impl Pager {
                 } else {
                     self.file.block(n)?
                 };
-                let reused = self.spare.pop().and_then(|mut buf| {
+                let reused = self.spare.take().and_then(|mut buf| {
                     let dst = Arc::get_mut(&mut buf).filter(|d| d.len() == src.len())?;
                     dst.copy_from_slice(src);
                     Some(buf)
@@ -294,9 +291,7 @@ impl Pager {
         group.note_len(s);
         if self.durability != Durability::None {
             for (_, buf) in self.overlay.drain() {
-                if self.spare.len() < SPARE_COPIES {
-                    self.spare.push(buf);
-                }
+                self.spare.give(buf);
             }
             self.pending.clear();
         }

@@ -13,6 +13,7 @@ mod group;
 mod journal;
 mod replay;
 mod reserve;
+mod spare;
 mod write;
 mod writeback;
 
@@ -61,7 +62,7 @@ pub struct Pager {
     pending: HashMap<u64, Pending>,
     /// Buffers of private copies no longer used, for the next ones (a
     /// durable server allocated and freed one per block it wrote).
-    spare: Vec<Arc<[u8]>>,
+    spare: spare::Spares,
     /// Blocks from here on were cut off the file since the last checkpoint
     /// (`u64::MAX`: none): their store-file copy may not be the
     /// checkpoint's, so their first entry in the round is an image.
@@ -110,7 +111,7 @@ impl Pager {
             moving: None,
             overlay: HashMap::new(),
             pending: HashMap::new(),
-            spare: Vec::new(),
+            spare: spare::Spares::default(),
             cut_floor: u64::MAX,
             imaged: HashSet::new(),
             zeroed: HashSet::new(),
@@ -176,6 +177,12 @@ impl Pager {
             if n < self.virtual_blocks && n >= self.file.len() / BLOCK_SIZE as u64 {
                 return Ok(BlockRef(&file::ZERO_BLOCK));
             }
+        }
+        // Backed but never written (journaled modes): zeros, without a read
+        // through the map, where each such page faulted and the kernel
+        // zero-filled it (at 5 M tags a tenth of a durable insert's time).
+        if !self.zeroed.is_empty() && self.zeroed.contains(&n) {
+            return Ok(BlockRef(&file::ZERO_BLOCK));
         }
         let raw = self.file.block(n)?;
         let (w, bit) = ((n / 64) as usize, 1u64 << (n % 64));
