@@ -104,3 +104,30 @@ impl Drop for Spares {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::BLOCK_SIZE;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn the_helper_makes_buffers_and_a_shared_one_is_not_kept() {
+        let mut s = Spares::default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let b = loop {
+            if let Some(b) = s.take() {
+                break b;
+            }
+            assert!(Instant::now() < deadline, "the helper made no buffer");
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(b.len(), BLOCK_SIZE);
+        let before = s.ready.len();
+        let shared = Arc::clone(&b);
+        s.give(b);
+        assert_eq!(s.ready.len(), before, "a buffer still shared was kept");
+        s.give(shared);
+        assert_eq!(s.ready.len(), before + 1);
+    }
+}
