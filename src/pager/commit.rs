@@ -275,10 +275,18 @@ impl Pager {
             }
             group.note_len(s);
             group.hook(SyncPoint::JournalSynced);
-            for n in blocks {
-                if let Some(img) = self.overlay.get(&n) {
-                    self.file.block_mut(n)?.copy_from_slice(img);
-                    self.mark_verified(n);
+            // In order, each chunk's write-back started as soon as it is
+            // copied (`writeback.rs`): the fsync below finds most written.
+            for chunk in blocks.chunks(CHECKPOINT_COMMIT_BLOCKS) {
+                for &n in chunk {
+                    if let Some(img) = self.overlay.get(&n) {
+                        self.file.block_mut(n)?.copy_from_slice(img);
+                        self.mark_verified(n);
+                    }
+                }
+                if let (Some(&lo), Some(&hi)) = (chunk.first(), chunk.last()) {
+                    let bs = BLOCK_SIZE as u64;
+                    self.file.start_writeback(lo * bs, (hi + 1 - lo) * bs);
                 }
             }
             group.hook(SyncPoint::Applied);

@@ -1,6 +1,7 @@
-//! Write-back started early: the runs a bulk write hands to the page cache
-//! start on their way to the disk from a helper thread while the next runs
-//! are built, so the sync at the end finds them written (or in flight).
+//! Write-back started early: the runs a bulk write hands to the page cache,
+//! and the blocks a checkpoint copies into the store file, start on their
+//! way to the disk from a helper thread while the next ones are made, so
+//! the sync at the end finds them written (or in flight).
 //!
 //! Only a hint: nothing waits for it but the next one and the drop, and the
 //! sync that makes the data durable is unchanged and reports any error.
