@@ -142,6 +142,25 @@ pub fn holds_write_lock(pid: u32, path: &Path) -> bool {
     })
 }
 
+/// Waits until the store at `path` is marked open (its superblock's clean
+/// flag, bit 0 of the flags at byte 36, cleared): a writer takes the lock
+/// first and writes that mark after, so bytes read between the two are
+/// not yet the open store's.
+pub fn wait_until_marked_open(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let sb = std::fs::read(path).expect("read the store");
+        if rd32(&sb, 36) & 1 == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never marked the store open"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 /// Little-endian u32 at byte `o` of `b`.
 pub fn rd32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
