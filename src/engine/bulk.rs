@@ -42,6 +42,8 @@ pub(super) struct BulkPlan {
     /// The tags the batch changed, by (relationship, subject): the
     /// counters' changes, one per key instead of one per tag.
     pub(super) by_key: KeyRuns,
+    /// No later round of the same batch follows (`pager::EarlyWriteback`).
+    pub(super) last_round: bool,
 }
 
 /// Keys and how many tags each, their bytes copied one after another (read
@@ -135,6 +137,7 @@ impl State {
             tags,
             known_absent: false,
             by_key: KeyRuns::default(),
+            last_round: true,
         })
     }
 
@@ -144,7 +147,7 @@ impl State {
     /// (`BulkPlan::by_key` counts them by key).
     pub(super) fn bulk_apply(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
         self.pager.write_intent(&bulk_intent())?;
-        self.pager.begin_bulk();
+        self.pager.begin_bulk(plan.last_round);
         let r = self.bulk_passes(plan, insert);
         let r = r.and_then(|n| self.pager.end_bulk().map(|_| n));
         let n = match r {
@@ -237,7 +240,7 @@ impl State {
     /// present or wholly absent. Idempotent: a crash during it redoes it.
     pub fn redo_bulk(&mut self) -> Result<()> {
         let seed = self.index.seed();
-        self.pager.begin_bulk();
+        self.pager.begin_bulk(false);
         let r = (|| {
             for h in Half::BOTH {
                 let other = match h {
@@ -326,7 +329,7 @@ mod tests {
             let mut st = s.write().expect("test setup");
             let mut plan = st.bulk_plan(&refs, true).expect("test setup");
             st.pager.write_intent(&bulk_intent()).expect("test setup");
-            st.pager.begin_bulk();
+            st.pager.begin_bulk(false);
             st.bulk_passes(&mut plan, true).expect("test setup");
             panic!("a bug inside a bulk round");
         }));

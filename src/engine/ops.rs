@@ -268,7 +268,8 @@ impl Store {
         mut out: BatchOutcome,
     ) -> (BatchOutcome, Result<()>) {
         let r = (|| {
-            for round in all.chunks(self.bulk_round()) {
+            let rounds = all.len().div_ceil(self.bulk_round().max(1));
+            for (r, round) in all.chunks(self.bulk_round()).enumerate() {
                 let mut st = self.write()?;
                 if !st.bulk_fits(round.len()) {
                     drop(st);
@@ -278,6 +279,7 @@ impl Store {
                     continue;
                 }
                 let mut plan = st.bulk_plan(round, insert)?;
+                plan.last_round = r + 1 == rounds;
                 let n = st.bulk_apply(&mut plan, insert)?;
                 let sign = if insert { 1 } else { -1 };
                 for key in plan.by_key.iter() {

@@ -19,12 +19,71 @@ use std::sync::Arc;
 /// Private copies past which a bulk write goes back to the file (16 MiB).
 pub const BULK_FLUSH_BLOCKS: usize = 4096;
 
+/// Which bulk runs get their write-back started at once (`writeback.rs`).
+///
+/// Only worth it for blocks no later round rewrites before the sync: a
+/// block written back and then changed again is written twice. So only in
+/// the last round of a batch, and never again until the next sync once a
+/// run holds a block already written back early (the CLI applies a file
+/// in batches of 262,144 tags, each touching nearly every block: a 5 M-tag
+/// `insert --file` took 35 s against 27 s with every run written back).
+#[derive(Debug, Default)]
+pub struct EarlyWriteback {
+    /// The current bulk write is the last round of its batch.
+    last_round: bool,
+    /// A block written back early by an earlier round was written again
+    /// since the last sync.
+    off: bool,
+    /// One bit per block written back early by earlier rounds since the
+    /// last sync.
+    done: Vec<u64>,
+    /// The same for this round (a round may write a few blocks twice
+    /// itself: that alone is no reason to stop).
+    round: Vec<u64>,
+}
+
+impl EarlyWriteback {
+    /// Marks blocks `first..end` written back early by this round; true if
+    /// no earlier round had written any of them back early.
+    fn mark(&mut self, first: u64, end: u64) -> bool {
+        let mut fresh = true;
+        for b in first..end {
+            let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
+            fresh &= self.done.get(w).is_none_or(|x| x & bit == 0);
+            if self.round.len() <= w {
+                self.round.resize(w + 1, 0);
+            }
+            self.round[w] |= bit;
+        }
+        fresh
+    }
+
+    /// The round ended: its blocks count as written back by an earlier one.
+    fn end_round(&mut self) {
+        if self.done.len() < self.round.len() {
+            self.done.resize(self.round.len(), 0);
+        }
+        for (d, r) in self.done.iter_mut().zip(self.round.drain(..)) {
+            *d |= r;
+        }
+    }
+
+    /// Everything reached the disk: write-backs may start early again.
+    pub fn synced(&mut self) {
+        self.off = false;
+        self.done.clear();
+        self.round.clear();
+    }
+}
+
 impl Pager {
     /// Starts a bulk write (mapped mode only): block writes go to private
-    /// copies until [`Pager::flush_bulk`].
-    pub fn begin_bulk(&mut self) {
+    /// copies until [`Pager::flush_bulk`]. `last_round`: no later round of
+    /// the same batch follows (its runs may start their write-back early).
+    pub fn begin_bulk(&mut self, last_round: bool) {
         if self.durability == Durability::None {
             self.bulk = Some(Vec::new());
+            self.early.last_round = last_round;
         }
     }
 
@@ -89,9 +148,11 @@ impl Pager {
         };
         let mut run: Vec<u8> = Vec::new();
         let mut i = 0;
-        // The span written, whose write-back starts now (`writeback.rs`):
-        // the final sync of a 0.5 M-tag npm load then waits for none of it.
+        // The span written, whose write-back starts now (`writeback.rs`,
+        // `EarlyWriteback`): the final sync of a 0.5 M-tag npm load then
+        // waits for none of it.
         let (mut lo, mut hi) = (u64::MAX, 0u64);
+        let early = self.early.last_round && !self.early.off;
         while i < order.len() {
             let start = order[i];
             run.clear();
@@ -123,11 +184,14 @@ impl Pager {
             self.file.populate(at, run.len() as u64);
             lo = lo.min(at);
             hi = hi.max(at + run.len() as u64);
+            if early && !self.early.mark(start, next) {
+                self.early.off = true;
+            }
             for b in start..next {
                 self.mark_verified(b);
             }
         }
-        if lo < hi {
+        if early && !self.early.off && lo < hi {
             self.file.start_writeback(lo, hi - lo);
         }
         Ok(())
@@ -145,6 +209,24 @@ impl Pager {
     pub fn end_bulk(&mut self) -> Result<()> {
         let r = self.flush_bulk();
         self.bulk = None;
+        self.early.end_round();
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EarlyWriteback;
+
+    #[test]
+    fn a_block_written_back_early_by_an_earlier_round_is_seen() {
+        let mut e = EarlyWriteback::default();
+        assert!(e.mark(0, 70), "nothing was written back yet");
+        assert!(e.mark(69, 200), "a round may write its own blocks twice");
+        e.end_round();
+        assert!(e.mark(300, 301), "block 300 was not written back");
+        assert!(!e.mark(199, 201), "block 199 was, by the round before");
+        e.synced();
+        assert!(e.mark(0, 201), "a sync forgets what was written back");
     }
 }

@@ -215,6 +215,7 @@ impl Pager {
     pub fn commit(&mut self) -> Result<()> {
         if self.durability == Durability::None {
             self.file.flush()?;
+            self.early.synced();
             self.group.hook(SyncPoint::StoreSynced);
             return Ok(());
         }

@@ -85,6 +85,8 @@ pub struct Pager {
     bulk: Option<Vec<u64>>,
     /// Private copies past which a bulk write goes back to the file.
     bulk_flush_blocks: usize,
+    /// Which write-backs of bulk runs start early (`pager/bulk.rs`).
+    early: bulk::EarlyWriteback,
     /// Read-only recovery: blocks past the file's end up to here exist in
     /// memory only (the overlay's, or zeros). 0 when the file is all.
     virtual_blocks: u64,
@@ -121,6 +123,7 @@ impl Pager {
             fail_after: None,
             bulk: None,
             bulk_flush_blocks: bulk::BULK_FLUSH_BLOCKS,
+            early: bulk::EarlyWriteback::default(),
             virtual_blocks: 0,
         }
     }
