@@ -268,8 +268,9 @@ impl Store {
         mut out: BatchOutcome,
     ) -> (BatchOutcome, Result<()>) {
         let r = (|| {
-            let rounds = all.len().div_ceil(self.bulk_round().max(1));
-            for (r, round) in all.chunks(self.bulk_round()).enumerate() {
+            let per = self.bulk_round();
+            let rounds = all.len().div_ceil(per);
+            for (r, round) in all.chunks(per).enumerate() {
                 let mut st = self.write()?;
                 if !st.bulk_fits(round.len()) {
                     drop(st);

@@ -244,7 +244,6 @@ impl Pager {
             self.cut_floor = self.cut_floor.min(end);
             self.imaged.retain(|&b| b < end);
             self.zeroed.retain(|&b| b < end);
-
             self.fresh.retain(|&b| b < end);
             let w = (end / 64) as usize;
             if let Some(x) = self.reserved.get_mut(w) {
