@@ -135,7 +135,11 @@ impl Store {
             let total = old.len();
             let mut done = 0u64;
             // Chunks large enough for the bulk path (`engine/bulk.rs`).
-            let per = if half_only { 4096 } else { new.bulk_round() };
+            let per = if half_only {
+                4096
+            } else {
+                new.bulk_round(total as usize)
+            };
             let mut chunk: Vec<Tag> = Vec::with_capacity(per);
             // A half-only store is copied half by half; any other, tag by tag
             // (each tag read once, from its object half).

@@ -20,10 +20,8 @@ use crate::pager::Durability;
 
 /// One tag of a bulk batch: where its halves go.
 pub(super) struct BulkTag {
-    /// Position of its encoded slot in [`BulkPlan`]'s slots (a delete
-    /// leaves oversized tags out, so it may be less than the tag's
-    /// position in the batch).
-    at: u32,
+    /// Where its encoded slot starts in [`BulkPlan`]'s packed slots.
+    at: usize,
     bucket: [u32; 2],
     key_fp: [u16; 2],
     th: u64,
@@ -34,7 +32,9 @@ pub(super) struct BulkTag {
 
 /// A batch encoded, and where each of its tags goes.
 pub(super) struct BulkPlan {
-    slots: Vec<SlotBytes>,
+    /// Each tag's encoded slot, its used bytes only (a slot is 160 bytes;
+    /// a tag's strings are some 40 on average), one after another.
+    slots: Packed,
     tags: Vec<BulkTag>,
     /// The caller guarantees the tags distinct and absent (maintenance's
     /// copy): no duplicate check.
@@ -92,6 +92,41 @@ impl KeyRuns {
     }
 }
 
+/// Encoded slots cut to their used bytes and laid one after another:
+/// a round holds millions, so a whole slot each would triple its memory.
+#[derive(Default)]
+struct Packed(Vec<u8>);
+
+impl Packed {
+    /// Appends a slot's used bytes; returns where they start.
+    fn push(&mut self, slot: &[u8]) -> usize {
+        let at = self.0.len();
+        self.0.extend_from_slice(used_prefix(slot));
+        at
+    }
+
+    /// The used bytes of the slot starting at `at`.
+    fn get(&self, at: usize) -> &[u8] {
+        used_prefix(&self.0[at..])
+    }
+
+    /// The whole slot starting at `at` (zeros past its used bytes).
+    fn slot(&self, at: usize) -> SlotBytes {
+        let used = self.get(at);
+        let mut s = [0u8; SLOT_SIZE];
+        s[..used.len()].copy_from_slice(used);
+        s
+    }
+
+    /// Empties it and appends the slots at `ats` of `from`, in that order.
+    fn gather(&mut self, from: &Packed, ats: impl Iterator<Item = usize>) {
+        self.0.clear();
+        for at in ats {
+            self.0.extend_from_slice(from.get(at));
+        }
+    }
+}
+
 /// Disk bytes a bulk round is assumed to need per tag (two 160-byte
 /// slots, blocks part-filled, secondary buckets), at most.
 const BULK_BYTES_PER_TAG: u64 = 1024;
@@ -110,7 +145,7 @@ impl State {
     /// (`insert` false), left out: it cannot be stored.
     pub(super) fn bulk_plan(&self, batch: &[&Tag], insert: bool) -> Result<BulkPlan> {
         let (geo, seed) = (self.index.geometry(), self.index.seed());
-        let mut slots = Vec::with_capacity(batch.len());
+        let mut slots = Packed(Vec::with_capacity(batch.len() * 48));
         let mut tags = Vec::with_capacity(batch.len());
         for &tag in batch {
             let slot = match encode(tag) {
@@ -124,13 +159,12 @@ impl State {
             };
             let p = Half::BOTH.map(|h| place(&geo, seed, h, &tag.relationship, name(h)));
             tags.push(BulkTag {
-                at: slots.len() as u32,
+                at: slots.push(&slot),
                 bucket: p.map(|x| x.bucket),
                 key_fp: p.map(|x| x.fp()),
                 th: tag_hash(seed, used_prefix(&slot)),
                 changed: false,
             });
-            slots.push(slot);
         }
         Ok(BulkPlan {
             slots,
@@ -173,10 +207,13 @@ impl State {
         // keys each, so their key filters turn away the FINDs of others.
         tags.sort_unstable_by_key(|t| (t.bucket[o], t.key_fp[o]));
         // The slots in the pass's order: read in sequence, not scattered.
-        let mut sorted: Vec<SlotBytes> = tags.iter().map(|t| plan.slots[t.at as usize]).collect();
+        let mut sorted = Packed(Vec::with_capacity(plan.slots.0.len()));
+        sorted.gather(&plan.slots, tags.iter().map(|t| t.at));
         let mut n = 0u64;
-        for i in 0..tags.len() {
-            let (t, slot) = (&tags[i], &sorted[i]);
+        let mut next = 0;
+        for t in tags.iter_mut() {
+            let slot = &sorted.slot(next);
+            next += sorted.get(next).len();
             let g = t.bucket[o];
             // (A repeat within the batch finds its first copy, written
             // into the same bucket just before, or misses it, erased.)
@@ -190,7 +227,7 @@ impl State {
                 (false, Some(f)) => self.erase_half(g, &f, t.th)?,
                 _ => continue,
             }
-            tags[i].changed = true;
+            t.changed = true;
             n += 1;
         }
         // Every object half reaches the file before any subject half.
@@ -199,14 +236,16 @@ impl State {
         let changed = tags.iter().take_while(|t| t.changed);
         // The same buffer again: its pages are mapped already (a fresh one
         // faulted in tens of megabytes of zeroed pages once more).
-        sorted.clear();
-        sorted.extend(changed.clone().map(|t| plan.slots[t.at as usize]));
+        sorted.gather(&plan.slots, changed.clone().map(|t| t.at));
         // A key's tags are adjacent in this order (unless another key has
         // the same bucket and fingerprint): each run is one count change.
         plan.by_key.clear();
         let mut last: Option<(u8, &[u8])> = None;
-        for (t, slot) in changed.zip(&sorted) {
-            let key = subject_key(slot);
+        let mut next = 0;
+        for t in changed {
+            let (slot, used) = (&sorted.slot(next), sorted.get(next));
+            next += used.len();
+            let key = subject_key(used);
             plan.by_key.push(key, last == Some(key));
             last = Some(key);
             let (g, kfp) = (t.bucket[s], t.key_fp[s]);

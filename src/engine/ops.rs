@@ -12,8 +12,12 @@ use std::sync::RwLockWriteGuard;
 /// Insert batches from this many tags take the bulk path (`bulk.rs`).
 pub(super) const BULK_MIN: usize = 16_384;
 
-/// Fewest tags a bulk round writes under one hold of the write lock.
-const BULK_ROUND: usize = 262_144;
+/// Fewest tags a bulk round writes under one hold of the write lock
+/// (when the disk has too little room for a larger one).
+const BULK_ROUND_MIN: usize = 262_144;
+
+/// Most tags a bulk round holds (about 200 bytes of memory each).
+const BULK_ROUND_MAX: usize = 4_194_304;
 
 impl Store {
     /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
@@ -148,8 +152,9 @@ impl Store {
     /// in the returned error's companion [`BatchOutcome`].
     ///
     /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
-    /// room to spare) is written in rounds of 262,144 to 1,048,576 tags
-    /// (eight per primary bucket of a half), one half of the
+    /// room to spare) is written in one round, or in equal rounds of at
+    /// most 4,194,304 tags (about 200 bytes of memory per tag of a round),
+    /// one half of the
     /// index at a time in bucket order (DESIGN.md §5.5): an oversized tag
     /// then refuses its round before anything is written, and an I/O error
     /// in a round leaves the handle unusable ([`Error::Poisoned`]); reopen
@@ -250,12 +255,17 @@ impl Store {
         (out, Ok(()))
     }
 
-    /// Tags per bulk round: eight per primary bucket of a half (fewer, and
-    /// each round rewrites nearly every block), from 262,144 to 1,048,576
-    /// (about 350 bytes of memory per tag of a round).
-    pub(crate) fn bulk_round(&self) -> usize {
-        let per_half = self.geometry().primary_buckets_per_half as usize;
-        per_half.saturating_mul(8).clamp(BULK_ROUND, 4 * BULK_ROUND)
+    /// Tags per bulk round for a batch of `n`: the whole batch, or equal
+    /// rounds of at most [`BULK_ROUND_MAX`] (each round rewrites nearly every
+    /// block of the store, so fewer rounds write less), smaller when the
+    /// disk lacks room for them (down to [`BULK_ROUND_MIN`]).
+    pub(crate) fn bulk_round(&self, n: usize) -> usize {
+        let mut per = n.div_ceil(n.div_ceil(BULK_ROUND_MAX).max(1)).max(1);
+        let st = self.read();
+        while per > BULK_ROUND_MIN && !st.bulk_fits(per) {
+            per = per.div_ceil(2);
+        }
+        per
     }
 
     /// A large batch: in mapped mode, a whole store with disk room to
@@ -268,7 +278,7 @@ impl Store {
         mut out: BatchOutcome,
     ) -> (BatchOutcome, Result<()>) {
         let r = (|| {
-            let per = self.bulk_round();
+            let per = self.bulk_round(all.len());
             let rounds = all.len().div_ceil(per);
             for (r, round) in all.chunks(per).enumerate() {
                 let mut st = self.write()?;

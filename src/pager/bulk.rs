@@ -24,7 +24,7 @@ pub const BULK_FLUSH_BLOCKS: usize = 4096;
 /// Only worth it for blocks no later round rewrites before the sync: a
 /// block written back and then changed again is written twice. So only in
 /// the last round of a batch, and never again until the next sync once a
-/// run holds a block already written back early (the CLI applies a file
+/// run holds a block already written back early (the CLI applied a file
 /// in batches of 262,144 tags, each touching nearly every block: a 5 M-tag
 /// `insert --file` took 35 s against 27 s with every run written back).
 #[derive(Debug, Default)]

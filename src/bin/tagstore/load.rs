@@ -16,7 +16,7 @@ const CHUNK: usize = 4096;
 
 /// Tags applied per library batch in mapped mode (`none`): a batch this
 /// large takes the library's bulk path, written half by half in bucket order.
-const BULK_CHUNK: usize = 262_144;
+const BULK_CHUNK: usize = 2_097_152;
 
 /// A file's estimated line count is raised by 1/this before the store
 /// grows for it (4 %).
