@@ -88,10 +88,11 @@ fn step() -> impl Strategy<Value = Step> {
 }
 
 /// Opens the store with the bulk path taken from 8 tags on, writing back
-/// every `flush` blocks.
-fn open(path: &Path, flush: usize) -> Store {
+/// every `flush` blocks, in rounds of at most `round` tags.
+fn open(path: &Path, (flush, round): (usize, usize)) -> Store {
     let s = Store::open(path).expect("open");
     s.set_bulk_limits(8, flush);
+    s.set_bulk_round_max(round);
     s
 }
 
@@ -128,7 +129,7 @@ fn agree(store: &Store, model: &BTreeSet<Tag>, keys: &BTreeSet<Tag>, when: &str)
     assert_check_ok(store, when);
 }
 
-fn run(buckets: u32, blocks_per_secondary: u32, flush: usize, steps: &[Step]) {
+fn run(buckets: u32, blocks_per_secondary: u32, bulk: (usize, usize), steps: &[Step]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("bulk.tags");
     let opts = CreateOptions {
@@ -139,7 +140,7 @@ fn run(buckets: u32, blocks_per_secondary: u32, flush: usize, steps: &[Step]) {
         seed: Some(7),
     };
     drop(Store::create(&path, &opts).expect("create"));
-    let mut store = Some(open(&path, flush));
+    let mut store = Some(open(&path, bulk));
     let mut model = BTreeSet::new();
     let mut keys = BTreeSet::new();
     for (i, st) in steps.iter().enumerate() {
@@ -174,7 +175,7 @@ fn run(buckets: u32, blocks_per_secondary: u32, flush: usize, steps: &[Step]) {
                 } else {
                     s.abandon();
                 }
-                store = Some(open(&path, flush));
+                store = Some(open(&path, bulk));
             }
             Step::Crash { insert, tags, n } => {
                 s.fail_after_writes(Some(*n));
@@ -200,7 +201,7 @@ fn run(buckets: u32, blocks_per_secondary: u32, flush: usize, steps: &[Step]) {
                         Err(Error::BulkPending(_)) => {}
                         Err(e) => panic!("{when}: read-only open: {e}"),
                     }
-                    let s = open(&path, flush);
+                    let s = open(&path, bulk);
                     let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
                     let outside: Vec<&Tag> = got
                         .symmetric_difference(&model)
@@ -251,12 +252,17 @@ fn bulk_batches_agree_with_a_model_across_crashes() {
     let strategy = (
         1u32..=4,
         1u32..=3,
-        prop_oneof![Just(1usize), Just(3), Just(4096)],
+        (
+            prop_oneof![Just(1usize), Just(3), Just(4096)],
+            // Rounds: most batches in several (the bulk path's round of
+            // 4,194,304 tags at most, scaled down), or each in one.
+            prop_oneof![Just(50usize), Just(usize::MAX)],
+        ),
         proptest::collection::vec(step(), 1..12),
     );
     runner
-        .run(&strategy, |(buckets, bps, flush, steps)| {
-            run(buckets, bps, flush, &steps);
+        .run(&strategy, |(buckets, bps, bulk, steps)| {
+            run(buckets, bps, bulk, &steps);
             Ok(())
         })
         .unwrap_or_else(|e| panic!("{e}"));
@@ -331,7 +337,7 @@ fn crash_at_every_write_of_a_bulk_batch() {
     loop {
         let path = dir.path().join(format!("k{k}.tags"));
         std::fs::copy(&base, &path).expect("copy");
-        let s = open(&path, 4096);
+        let s = open(&path, (4096, usize::MAX));
         s.fail_after_writes(Some(k));
         let done = s.insert_batch(&batch).1.is_ok();
         s.abandon();

@@ -57,6 +57,8 @@ pub struct Store {
     removed: Vec<PathBuf>,
     /// Insert batches from this many tags take the bulk path (`bulk.rs`).
     bulk_min: AtomicUsize,
+    /// Most tags a bulk round holds.
+    bulk_round_max: AtomicUsize,
 }
 
 fn random_u64() -> Result<u64> {
@@ -81,6 +83,7 @@ impl Store {
             path: path.to_path_buf(),
             removed: Vec::new(),
             bulk_min: AtomicUsize::new(ops::BULK_MIN),
+            bulk_round_max: AtomicUsize::new(ops::BULK_ROUND_MAX),
         })
     }
 
@@ -470,6 +473,13 @@ impl Store {
     pub fn set_bulk_limits(&self, min_tags: usize, flush_blocks: usize) {
         self.bulk_min.store(min_tags, Ordering::Relaxed);
         self.lock().pager.set_bulk_flush_blocks(flush_blocks);
+    }
+
+    /// Sets the most tags a bulk round holds (4,194,304), so tests split
+    /// small batches into rounds.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_bulk_round_max(&self, tags: usize) {
+        self.bulk_round_max.store(tags.max(1), Ordering::Relaxed);
     }
 
     /// Sets the journal size past which a commit checkpoints (64 MB by

@@ -16,8 +16,9 @@ pub(super) const BULK_MIN: usize = 16_384;
 /// (when the disk has too little room for a larger one).
 const BULK_ROUND_MIN: usize = 262_144;
 
-/// Most tags a bulk round holds (about 200 bytes of memory each).
-const BULK_ROUND_MAX: usize = 4_194_304;
+/// Most tags a bulk round holds (about 100 bytes of memory each beyond
+/// the tags).
+pub(super) const BULK_ROUND_MAX: usize = 4_194_304;
 
 impl Store {
     /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
@@ -260,7 +261,8 @@ impl Store {
     /// block of the store, so fewer rounds write less), smaller when the
     /// disk lacks room for them (down to [`BULK_ROUND_MIN`]).
     pub(crate) fn bulk_round(&self, n: usize) -> usize {
-        let mut per = n.div_ceil(n.div_ceil(BULK_ROUND_MAX).max(1)).max(1);
+        let max = self.bulk_round_max.load(Ordering::Relaxed);
+        let mut per = n.div_ceil(n.div_ceil(max).max(1)).max(1);
         let st = self.read();
         while per > BULK_ROUND_MIN && !st.bulk_fits(per) {
             per = per.div_ceil(2);
