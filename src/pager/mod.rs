@@ -80,9 +80,8 @@ pub struct Pager {
     poisoned: bool,
     /// Writes left before a simulated crash (tests).
     fail_after: Option<u64>,
-    /// A bulk write in progress (mapped mode): blocks with a private copy in
-    /// `overlay`, in the order first changed (`bulk.rs`).
-    bulk: Option<Vec<u64>>,
+    /// A bulk write in progress (mapped mode, `bulk.rs`).
+    bulk: Option<bulk::BulkWrite>,
     /// Private copies past which a bulk write goes back to the file.
     bulk_flush_blocks: usize,
     /// Which write-backs of bulk runs start early (`pager/bulk.rs`).
