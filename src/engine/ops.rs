@@ -16,8 +16,8 @@ pub(super) const BULK_MIN: usize = 16_384;
 /// (when the disk has too little room for a larger one).
 const BULK_ROUND_MIN: usize = 262_144;
 
-/// Most tags a bulk round holds (about 100 bytes of memory each beyond
-/// the tags).
+/// Most tags a bulk round holds (32 bytes of memory each plus twice its
+/// encoded size: some 120 bytes for 40 bytes of strings).
 pub(super) const BULK_ROUND_MAX: usize = 4_194_304;
 
 impl Store {
@@ -154,7 +154,8 @@ impl Store {
     ///
     /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
     /// room to spare) is written in one round, or in equal rounds of at
-    /// most 4,194,304 tags (about 200 bytes of memory per tag of a round),
+    /// most 4,194,304 tags (about 120 bytes of memory per tag of a round
+    /// for 40 bytes of strings),
     /// one half of the
     /// index at a time in bucket order (DESIGN.md §5.5): an oversized tag
     /// then refuses its round before anything is written, and an I/O error
