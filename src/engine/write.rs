@@ -7,6 +7,7 @@ use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::tag::{decode, used_prefix};
 use crate::format::{
     place, Half, Intent, IntentOp, Place, SlotAddr, SlotBytes, KIND_PRIMARY, KIND_SECONDARY, NONE,
+    SLOTS_PER_BLOCK,
 };
 use crate::index::{filter_add, Found, SecondaryEntry};
 use crate::pager::Identity;
@@ -63,10 +64,19 @@ impl State {
             if fresh {
                 return Ok(Some(SlotAddr { block: b, slot: 0 }));
             }
-            if let Some(i) = self.pager.block(b)?.first_free() {
+            let blk = self.pager.block(b)?;
+            if let Some(k) = blk.first_free() {
+                // This INSERT fills the block: the bucket's next block is
+                // next, backed meanwhile if never written (`pager/ahead.rs`).
+                if blk.used() as usize + 1 == SLOTS_PER_BLOCK && i + 1 < n as usize {
+                    match i as u32 + 1 >= written {
+                        true => self.pager.back_ahead(b + 1),
+                        false => self.pager.back_ahead_if_fresh(b + 1),
+                    }
+                }
                 return Ok(Some(SlotAddr {
                     block: b,
-                    slot: i as u32,
+                    slot: k as u32,
                 }));
             }
         }
@@ -124,6 +134,10 @@ impl State {
         if let Err(e) = self.pager.ensure_reserved(geo.secondary_start(s), true) {
             self.index.tables.free.insert(s);
             return Err(e);
+        }
+        // The next chain to overflow takes the next free bucket.
+        if let Some(&next) = self.index.tables.free.first() {
+            self.pager.back_ahead(geo.secondary_start(next));
         }
         Ok(Plan {
             addr: SlotAddr {

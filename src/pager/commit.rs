@@ -73,6 +73,7 @@ impl Pager {
         self.commit()?;
         self.checkpoint()?;
         self.durability = durability;
+        self.ahead_gen += 1;
         Ok(())
     }
 

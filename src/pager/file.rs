@@ -1,5 +1,6 @@
 //! The store file: an exclusively or shared-locked file mapped with memmap2.
 
+use super::ahead::Ahead;
 use super::writeback::Writeback;
 use crate::error::{Error, Result};
 use crate::format::BLOCK_SIZE;
@@ -34,6 +35,8 @@ pub struct MappedFile {
     holes: Option<Vec<u64>>,
     /// Write-back of bulk runs started in the background.
     writeback: Writeback,
+    /// Never-written blocks backed ahead of need (started on first use).
+    ahead: Option<Ahead>,
 }
 
 /// True when `e` reports a full disk.
@@ -256,6 +259,7 @@ impl MappedFile {
             tmpfs,
             holes: None,
             writeback: Writeback::default(),
+            ahead: None,
         })
     }
 
@@ -538,6 +542,26 @@ impl MappedFile {
     /// so the next sync finds it written or on its way (a hint).
     pub fn start_writeback(&mut self, off: u64, len: u64) {
         self.writeback.start(&self.file, off, len);
+    }
+
+    /// Asks a helper thread to back block `b` (of generation `gen`) with
+    /// disk space now, ahead of its first write (not on tmpfs, whose
+    /// backing `reserve` tracks itself).
+    pub fn back_ahead(&mut self, gen: u64, b: u64) {
+        if self.tmpfs || b >= self.len / BLOCK_SIZE as u64 {
+            return;
+        }
+        if self.ahead.is_none() {
+            self.ahead = Ahead::start(&self.file);
+        }
+        if let Some(a) = &self.ahead {
+            a.ask(gen, b);
+        }
+    }
+
+    /// The blocks backed ahead since the last call, with their generations.
+    pub fn backed_ahead(&self) -> Vec<(u64, u64)> {
+        self.ahead.as_ref().map_or_else(Vec::new, Ahead::take_done)
     }
 
     /// Reads bytes at an offset with a positioned read (not through the map).

@@ -6,6 +6,7 @@
 //! overlay), the write-ahead journal, commits and checkpoints, and the
 //! fault-injection hooks the crash tests use.
 
+mod ahead;
 mod bulk;
 mod commit;
 mod file;
@@ -80,6 +81,9 @@ pub struct Pager {
     poisoned: bool,
     /// Writes left before a simulated crash (tests).
     fail_after: Option<u64>,
+    /// Blocks backed ahead (`ahead.rs`) count only when asked for in this
+    /// generation (a cut of the file or a change of mode starts a new one).
+    ahead_gen: u64,
     /// A bulk write in progress (mapped mode, `bulk.rs`).
     bulk: Option<bulk::BulkWrite>,
     /// Private copies past which a bulk write goes back to the file.
@@ -120,6 +124,7 @@ impl Pager {
             durability: Durability::None,
             poisoned: false,
             fail_after: None,
+            ahead_gen: 0,
             bulk: None,
             bulk_flush_blocks: bulk::BULK_FLUSH_BLOCKS,
             early: bulk::EarlyWriteback::default(),
@@ -241,6 +246,7 @@ impl Pager {
                 )));
             }
             self.cut_floor = self.cut_floor.min(end);
+            self.ahead_gen += 1;
             self.imaged.retain(|&b| b < end);
             self.zeroed.retain(|&b| b < end);
             self.fresh.retain(|&b| b < end);

@@ -45,6 +45,10 @@ impl Pager {
         if self.is_reserved(b) {
             return Ok(());
         }
+        self.take_backed_ahead();
+        if self.is_reserved(b) {
+            return Ok(());
+        }
         // Back only the block asked for: a bucket's later blocks may never
         // be written (a secondary bucket holding a few tags that overflowed
         // takes one block of disk, not sixteen). A fresh secondary bucket's
@@ -91,6 +95,40 @@ impl Pager {
             self.back_fresh(start, b - start)?;
         }
         Ok(())
+    }
+
+    /// Asks for block `b`, known never written (or zeroed), to be backed
+    /// ahead of its first write, off this thread (journaled modes; see
+    /// `ahead.rs`).
+    pub fn back_ahead(&mut self, b: u64) {
+        if self.durability != Durability::None && self.bulk.is_none() && !self.is_reserved(b) {
+            self.file.back_ahead(self.ahead_gen, b);
+        }
+    }
+
+    /// [`Pager::back_ahead`] for block `b` of a secondary bucket, if it is
+    /// known never written.
+    pub fn back_ahead_if_fresh(&mut self, b: u64) {
+        if self.fresh.contains(&b) {
+            self.back_ahead(b);
+        }
+    }
+
+    /// Takes the blocks the helper backed as this handle's: never written,
+    /// so their copies start as zeros, as [`Pager::back_fresh`] would
+    /// leave them. A block backed meanwhile by this thread (and maybe
+    /// written since) is left alone.
+    fn take_backed_ahead(&mut self) {
+        if self.durability == Durability::None {
+            return;
+        }
+        for (gen, b) in self.file.backed_ahead() {
+            if gen == self.ahead_gen && !self.is_reserved(b) {
+                self.fresh.remove(&b);
+                self.zeroed.insert(b);
+                self.backed_now(b, 1);
+            }
+        }
     }
 
     /// Marks `n` blocks from `first` as backed by this handle.
