@@ -155,12 +155,13 @@ impl Store {
     /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
     /// room to spare) is written in one round, or in equal rounds of at
     /// most 4,194,304 tags (about 120 bytes of memory per tag of a round
-    /// for 40 bytes of strings),
-    /// one half of the
-    /// index at a time in bucket order (DESIGN.md §5.5): an oversized tag
-    /// then refuses its round before anything is written, and an I/O error
-    /// in a round leaves the handle unusable ([`Error::Poisoned`]); reopen
-    /// the store, which makes each tag of the round whole.
+    /// for 40 bytes of strings), one half of the index at a time in bucket
+    /// order (DESIGN.md §5.5). Readers wait while a round holds the write
+    /// lock (about 1 s per 500,000 tags): pass smaller batches where that
+    /// matters. An oversized tag refuses its round before anything is
+    /// written, and an I/O error in a round leaves the handle unusable
+    /// ([`Error::Poisoned`]); reopen the store, which makes each tag of the
+    /// round whole.
     pub fn insert_batch<'a>(
         &self,
         tags: impl IntoIterator<Item = &'a Tag>,
