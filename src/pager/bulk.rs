@@ -141,16 +141,7 @@ impl Pager {
                 false => self.file.block(n)?,
             };
             let reused = self.bulk.as_mut().and_then(|w| w.free.pop());
-            let copy = match reused {
-                Some(mut buf) => match Arc::get_mut(&mut buf) {
-                    Some(b) => {
-                        b.copy_from_slice(from);
-                        buf
-                    }
-                    None => Arc::from(from),
-                },
-                None => Arc::from(from),
-            };
+            let copy = super::spare::copy_into(reused, from);
             self.overlay.insert(n, copy);
             if let Some(w) = self.bulk.as_mut() {
                 w.order.push(n);

@@ -118,15 +118,11 @@ impl Pager {
                 } else {
                     self.file.block(n)?
                 };
-                let reused = self.spare.take().and_then(|mut buf| {
-                    let dst = Arc::get_mut(&mut buf).filter(|d| d.len() == src.len())?;
-                    dst.copy_from_slice(src);
-                    Some(buf)
-                });
+                let copy = super::spare::copy_into(self.spare.take(), src);
                 if zeroed {
                     self.pending.insert(n, Pending::zeros());
                 }
-                v.insert(reused.unwrap_or_else(|| src.into()))
+                v.insert(copy)
             }
         };
         // Lines about to be written for the first time since the last

@@ -17,6 +17,17 @@ const KEEP: usize = 1024;
 /// Buffers the helper makes per request (1 MiB).
 const BATCH: usize = 256;
 
+/// A copy of `src` in `buf` when that buffer is unshared and of the same
+/// size, else in a new one.
+pub fn copy_into(buf: Option<Arc<[u8]>>, src: &[u8]) -> Arc<[u8]> {
+    buf.and_then(|mut buf| {
+        let dst = Arc::get_mut(&mut buf).filter(|d| d.len() == src.len())?;
+        dst.copy_from_slice(src);
+        Some(buf)
+    })
+    .unwrap_or_else(|| src.into())
+}
+
 /// Block-sized buffers ready for private copies.
 #[derive(Default)]
 pub struct Spares {
