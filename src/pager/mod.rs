@@ -9,6 +9,7 @@
 mod ahead;
 mod bulk;
 mod commit;
+mod direct;
 mod file;
 mod group;
 mod journal;
