@@ -257,6 +257,7 @@ impl State {
             return self.insert_slot(slot, false);
         }
         let plo = self.plan(go)?;
+        self.prefetch_slot(plo.addr);
         let pls = match self.plan(gs) {
             Ok(p) => p,
             Err(e) => {
@@ -266,6 +267,7 @@ impl State {
                 return Err(e);
             }
         };
+        self.prefetch_slot(pls.addr);
         // (plan() backed both target blocks with disk space before reading them.)
         let intent = Intent {
             op: IntentOp::Insert,
@@ -283,6 +285,12 @@ impl State {
         self.commit_insert(gs, &pls, ks, th);
         self.tag_count += 1;
         Ok(true)
+    }
+
+    /// Asks for the cache lines of the slot at `addr` (a slot about to be
+    /// written, whose old bytes the CRC update reads first).
+    fn prefetch_slot(&self, addr: SlotAddr) {
+        self.pager.prefetch_slot(addr.block, addr.slot as usize);
     }
 
     /// Inserts a whole tag: both halves under one intent, or each on its

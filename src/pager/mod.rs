@@ -221,6 +221,16 @@ impl Pager {
         }
     }
 
+    /// Asks the CPU for the cache lines of slot `i` of block `n` in the
+    /// map (a hint, like [`Pager::prefetch_headers`]).
+    #[inline]
+    pub fn prefetch_slot(&self, n: u64, i: usize) {
+        if let Ok(raw) = self.file.block(n) {
+            let o = crate::format::block::HEADER_SIZE + i * crate::format::tag::SLOT_SIZE;
+            prefetch(raw, &[o, o + 64, o + 128]);
+        }
+    }
+
     fn mark_verified(&self, n: u64) {
         if let Some(c) = self.verified.get((n / 64) as usize) {
             c.fetch_or(1 << (n % 64), Ordering::Relaxed);
