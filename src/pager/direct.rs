@@ -18,6 +18,8 @@ use std::path::Path;
 
 /// Alignment and unit of a direct write.
 const PAGE: usize = 4096;
+/// Bytes of buffer kept between writes (1 MiB of zeros ahead and a page).
+const KEEP: usize = (1 << 20) + PAGE;
 
 /// A second handle on the journal file, opened for direct, synchronous
 /// writes, with the bytes of the page the next commit starts in.
@@ -78,14 +80,18 @@ impl Direct {
         self.tail.clear();
         self.tail.extend_from_slice(&buf[end - end % PAGE..end]);
         self.tail_pos = Some(pos + bytes.len() as u64);
+        if self.scratch.len() > KEEP {
+            // A checkpoint's commit of megabytes: not held for the next one.
+            self.scratch = Vec::new();
+        }
         Ok(())
     }
 
     /// Writes `len` zero bytes at `at` (both page multiples), durably.
     pub fn zeros(&mut self, at: u64, len: u64) -> std::io::Result<()> {
-        const STEP: usize = 1 << 20;
-        if self.scratch.len() < STEP + PAGE {
-            self.scratch.resize(STEP + PAGE, 0);
+        const STEP: usize = KEEP - PAGE;
+        if self.scratch.len() < KEEP {
+            self.scratch.resize(KEEP, 0);
         }
         let off = self.scratch.as_ptr().align_offset(PAGE);
         let mut done = 0u64;
