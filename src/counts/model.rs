@@ -311,6 +311,15 @@ impl Counts {
         let RecordRef::Merge { ids, deltas, .. } = rec else {
             return Err(Error::corrupt("merge record changed kind"));
         };
+        if deltas.len() >= 4096 {
+            // A bulk load's thousands of new keys: each map grown once,
+            // not step by step with a rehash each time.
+            let grows: Vec<&str> = (deltas.iter())
+                .filter(|x| x.2 > 0 && !self.cloud.contains_key(x.0))
+                .map(|x| x.0)
+                .collect();
+            self.reserve_for(grows.into_iter());
+        }
         self.apply(deltas);
         self.processed.extend(ids);
         self.version += 1;
