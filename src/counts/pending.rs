@@ -51,6 +51,19 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// Makes room for `n` more keys of `relationship` (a bulk batch's),
+    /// so its map grows once.
+    pub fn reserve(&mut self, relationship: &str, n: usize) {
+        match self.deltas.get_mut(relationship) {
+            Some(m) => m.reserve(n),
+            None => {
+                let mut m = foldhash::HashMap::default();
+                m.reserve(n);
+                self.deltas.insert(relationship.into(), m);
+            }
+        }
+    }
+
     /// Records +1 (insert) or -1 (delete) for (relationship, subject) in both channels.
     pub fn add(&mut self, relationship: &str, subject: &str, d: i64) {
         self.net[0] += d;

@@ -76,6 +76,17 @@ impl KeyRuns {
         }
     }
 
+    /// How many keys each relationship has (its bytes, then the count).
+    pub(super) fn keys_per_relationship(&self) -> foldhash::HashMap<&[u8], usize> {
+        let mut out = foldhash::HashMap::default();
+        let mut at = 0usize;
+        for &(r, e, _) in &self.runs {
+            *out.entry(&self.text[at..r as usize]).or_default() += 1;
+            at = e as usize;
+        }
+        out
+    }
+
     /// Each key's relationship, subject and tag count.
     pub(super) fn iter(&self) -> impl Iterator<Item = Result<(&str, &str, u32)>> + '_ {
         let mut at = 0usize;

@@ -297,6 +297,13 @@ impl Store {
                 plan.last_round = r + 1 == rounds;
                 let n = st.bulk_apply(&mut plan, insert)?;
                 let sign = if insert { 1 } else { -1 };
+                if st.feed.counting {
+                    for (rel, n) in plan.by_key.keys_per_relationship() {
+                        if let Ok(rel) = std::str::from_utf8(rel) {
+                            st.feed.pending.reserve(rel, n);
+                        }
+                    }
+                }
                 for key in plan.by_key.iter() {
                     let (rel, sub, k) = key?;
                     st.feed.change_key(rel, sub, sign * k as i64);
