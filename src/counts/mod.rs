@@ -75,6 +75,16 @@ impl Feed {
         }
     }
 
+    /// [`Feed::change_key`] for a key of a bulk batch (likely not pending yet).
+    #[inline]
+    pub fn change_new_key(&mut self, relationship: &str, subject: &str, d: i64) {
+        if self.counting {
+            self.pending.add_new(relationship, subject, d);
+        } else {
+            self.stale = true;
+        }
+    }
+
     /// True when this handle should merge its own pending changes now.
     pub fn wants_merge(&self) -> bool {
         self.pending.len(Channel::Own) >= AUTO_MERGE_KEYS

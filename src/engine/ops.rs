@@ -306,7 +306,7 @@ impl Store {
                 }
                 for key in plan.by_key.iter() {
                     let (rel, sub, k) = key?;
-                    st.feed.change_key(rel, sub, sign * k as i64);
+                    st.feed.change_new_key(rel, sub, sign * k as i64);
                 }
                 out.changed += n;
                 out.unchanged += round.len() as u64 - n;
