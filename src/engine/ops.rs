@@ -298,9 +298,9 @@ impl Store {
                 let n = st.bulk_apply(&mut plan, insert)?;
                 let sign = if insert { 1 } else { -1 };
                 if st.feed.counting {
-                    for (rel, n) in plan.by_key.keys_per_relationship() {
+                    for (rel, keys) in plan.by_key.keys_per_relationship() {
                         if let Ok(rel) = std::str::from_utf8(rel) {
-                            st.feed.pending.reserve(rel, n);
+                            st.feed.pending.reserve(rel, keys);
                         }
                     }
                 }
