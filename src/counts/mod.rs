@@ -68,18 +68,19 @@ impl Feed {
     /// Records `d` tags of (relationship, subject) inserted (or deleted, `d` < 0).
     #[inline]
     pub fn change_key(&mut self, relationship: &str, subject: &str, d: i64) {
-        if self.counting {
-            self.pending.add(relationship, subject, d);
-        } else {
-            self.stale = true;
-        }
+        self.record(relationship, subject, d, false);
     }
 
     /// [`Feed::change_key`] for a key of a bulk batch (likely not pending yet).
     #[inline]
     pub fn change_new_key(&mut self, relationship: &str, subject: &str, d: i64) {
+        self.record(relationship, subject, d, true);
+    }
+
+    #[inline]
+    fn record(&mut self, relationship: &str, subject: &str, d: i64, likely_new: bool) {
         if self.counting {
-            self.pending.add_new(relationship, subject, d);
+            self.pending.add(relationship, subject, d, likely_new);
         } else {
             self.stale = true;
         }

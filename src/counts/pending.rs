@@ -64,26 +64,18 @@ impl Pending {
         }
     }
 
-    /// Records +1 (insert) or -1 (delete) for (relationship, subject) in both channels.
-    pub fn add(&mut self, relationship: &str, subject: &str, d: i64) {
-        self.add_key(relationship, subject, d, false);
-    }
-
-    /// [`Pending::add`] for a key most likely not pending yet (a bulk
-    /// batch's): one lookup that inserts, where a lookup first would
-    /// miss and then look again.
-    pub fn add_new(&mut self, relationship: &str, subject: &str, d: i64) {
-        self.add_key(relationship, subject, d, true);
-    }
-
-    fn add_key(&mut self, relationship: &str, subject: &str, d: i64, new: bool) {
+    /// Records +1 (insert) or -1 (delete) for (relationship, subject) in
+    /// both channels. `likely_new`: the key is most likely not pending yet
+    /// (a bulk batch's), so one lookup that inserts, where a lookup first
+    /// would miss and then look again.
+    pub fn add(&mut self, relationship: &str, subject: &str, d: i64, likely_new: bool) {
         self.net[0] += d;
         self.net[1] += d;
         let m = match self.deltas.get_mut(relationship) {
             Some(m) => m,
             None => self.deltas.entry(relationship.into()).or_default(),
         };
-        let e = match new {
+        let e = match likely_new {
             true => m.entry(subject.into()).or_default(),
             false => match m.get_mut(subject) {
                 Some(e) => e,
