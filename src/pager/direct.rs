@@ -34,6 +34,12 @@ pub struct Direct {
     scratch: Vec<u8>,
 }
 
+/// True for the error of a direct write this file system does not take
+/// (the caller goes back to buffered writes).
+pub fn refused(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EINVAL)
+}
+
 impl Direct {
     /// Opens `path` for direct writes; `None` where the file system refuses.
     pub fn open(path: &Path) -> Option<Direct> {
@@ -57,7 +63,7 @@ impl Direct {
 
     /// Writes `bytes` at `pos` and makes them durable; `plain` (a buffered
     /// handle on the same file) supplies the page's earlier bytes when they
-    /// are not known. An `EINVAL` means direct writes do not work here.
+    /// are not known. A [`refused`] error means direct writes do not work here.
     pub fn write(&mut self, plain: &File, pos: u64, bytes: &[u8]) -> std::io::Result<()> {
         let start = pos - pos % PAGE as u64;
         let head = (pos - start) as usize;
@@ -141,7 +147,7 @@ mod tests {
             }
             match d.write(&plain, pos as u64, &bytes) {
                 Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return,
+                Err(e) if refused(&e) => return,
                 Err(e) => panic!("direct write: {e}"),
             }
             pos += n;

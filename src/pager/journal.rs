@@ -44,7 +44,7 @@
 //! header (bytes 28..32 zero, no body length), then `n` × (block number
 //! u64, the 4096-byte image), CRC, `TEND`.
 
-use super::direct::Direct;
+use super::direct::{self, Direct};
 use crate::error::{Error, Result};
 use crate::format::bytes::{rd32, rd64};
 use crate::format::{delta, zero_runs, BLOCK_SIZE};
@@ -360,7 +360,7 @@ impl Journal {
     fn write_durably(&mut self, bytes: &[u8], at: u64) -> std::io::Result<()> {
         if let Some(d) = self.direct.as_mut() {
             match d.write(&self.file, at, bytes) {
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct = None,
+                Err(e) if direct::refused(&e) => self.direct = None,
                 r => return r,
             }
         }
@@ -384,7 +384,7 @@ impl Journal {
                         self.written = target;
                         return Ok(());
                     }
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => self.direct = None,
+                    Err(e) if direct::refused(&e) => self.direct = None,
                     Err(e) => return Err(e),
                 }
             }
