@@ -58,7 +58,7 @@
 //! * the store is usable: inserts into the peak chain and a delete work, a
 //!   clean close and reopen keep exactly the result.
 //!
-//! `crash_around_a_checkpoint` drives one OnSync store past the 64 MB
+//! `crash_around_a_checkpoint` drives one OnSync store past the (lowered)
 //! journal checkpoint and takes crash points just before, at and after it.
 //!
 //! Crash points exercised are counted and printed (`--nocapture` shows
@@ -1278,8 +1278,8 @@ mode_tests! { run_mode;
     process_crash_none => Durability::None,
 }
 
-/// Drives an OnSync store past the 64 MB journal checkpoint: crash points
-/// at the last commits before it (journal near 64 MB), at the checkpoint's
+/// Drives an OnSync store past the journal checkpoint (lowered): crash points
+/// at the last commits before it (journal near the checkpoint), at the checkpoint's
 /// store fsync (journal full or already emptied) and at the first commits
 /// after it (journal restarted), then a process crash at the end.
 #[test]
@@ -1287,7 +1287,8 @@ fn crash_around_a_checkpoint() {
     if env_u64("TAGSTORE_CRASH_SEED").is_some() {
         return;
     }
-    // The store's checkpoint threshold, lowered from 64 MB by the test hook.
+    // The store's checkpoint threshold, lowered by the test hook from the
+    // 64–256 MB the store file's size gives.
     const CHECKPOINT: usize = 6 << 20;
     // Many one-block buckets, so one commit carries hundreds of KB.
     let opts = CreateOptions {

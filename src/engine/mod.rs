@@ -482,8 +482,8 @@ impl Store {
         self.bulk_round_max.store(tags.max(1), Ordering::Relaxed);
     }
 
-    /// Sets the journal size past which a commit checkpoints (64 MB by
-    /// default), so crash tests reach a checkpoint quickly.
+    /// Sets the journal round past which a commit checkpoints (by default
+    /// four times the store file, 64–256 MB), so crash tests reach one quickly.
     #[cfg(feature = "test-hooks")]
     pub fn set_checkpoint_bytes(&self, bytes: u64) {
         self.lock().pager.set_checkpoint_bytes(bytes);

@@ -45,16 +45,34 @@ pub enum SyncPoint {
 /// Test hook called at each durability point.
 pub type SyncHook = Box<dyn FnMut(SyncPoint) + Send + Sync>;
 
-/// Journal size, and bytes of private copies, past which a commit also
-/// checkpoints (copies the private copies into the store file, flushes it
-/// and empties the journal).
-pub(super) const CHECKPOINT_BYTES: u64 = 64 << 20;
+/// Smallest journal round past which a stage checkpoints (copies the
+/// private copies into the store file, flushes it and empties the journal).
+const ROUND_MIN: u64 = 64 << 20;
 
-/// Private copies, in bytes, per byte of journal round past which a stage
-/// checkpoints (256 MiB of copies for the 64 MB round): a smaller bound
-/// made durable batches over a 500,000-tag store checkpoint every few
-/// batches, each time writing every block touched twice.
+/// Largest journal round past which a stage checkpoints.
+const ROUND_MAX: u64 = 256 << 20;
+
+/// Journal round, per byte of store file, past which a stage checkpoints:
+/// a checkpoint writes each block changed in the round twice, so a round
+/// four times the file's size keeps those writes to at most half the
+/// round's own bytes.
+const ROUND_PER_STORE_BYTE: u64 = 4;
+
+/// Private copies, in bytes, past which a stage checkpoints (256 MiB): a
+/// smaller bound made durable batches over a 500,000-tag store checkpoint
+/// every few batches, each time writing every block touched twice.
+const OVERLAY_MAX: u64 = 256 << 20;
+
+/// Private copies per byte of round when a test sets the round.
 const OVERLAY_PER_JOURNAL: u64 = 4;
+
+/// The journal round past which a stage checkpoints, for a store file of
+/// `file_len` bytes.
+pub(super) fn round_limit(file_len: u64) -> u64 {
+    file_len
+        .saturating_mul(ROUND_PER_STORE_BYTE)
+        .clamp(ROUND_MIN, ROUND_MAX)
+}
 
 /// Images per commit of a checkpoint (at most 16 MiB before encoding).
 const CHECKPOINT_COMMIT_BLOCKS: usize = 4096;
@@ -83,7 +101,8 @@ impl Pager {
         self.group.set_hook(hook);
     }
 
-    /// Sets the journal size past which a commit checkpoints (tests).
+    /// Sets the journal round past which a commit checkpoints, instead of
+    /// the one the store file's size gives (tests).
     #[cfg(feature = "test-hooks")]
     pub fn set_checkpoint_bytes(&mut self, bytes: u64) {
         self.group.set_checkpoint_bytes(bytes);
@@ -161,9 +180,12 @@ impl Pager {
             // handle is unusable; reopening replays what is durable.
             self.fail();
         })?;
-        let limit = self.group.checkpoint_bytes();
-        if self.group.journal_len() > limit
-            || self.overlay.len() as u64 * BLOCK_SIZE as u64 > limit * OVERLAY_PER_JOURNAL
+        let (round, overlay) = match self.group.checkpoint_bytes() {
+            Some(bytes) => (bytes, bytes * OVERLAY_PER_JOURNAL),
+            None => (round_limit(self.file.len()), OVERLAY_MAX),
+        };
+        if self.group.journal_len() > round
+            || self.overlay.len() as u64 * BLOCK_SIZE as u64 > overlay
         {
             self.checkpoint()?;
         }
@@ -438,5 +460,19 @@ impl Pending {
             delta::encode_saved(img, saved, &mut d);
         }
         Some(d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_round_follows_the_store_file_between_its_bounds() {
+        assert_eq!(round_limit(0), ROUND_MIN);
+        assert_eq!(round_limit(10 << 20), ROUND_MIN);
+        assert_eq!(round_limit(40 << 20), 160 << 20);
+        assert_eq!(round_limit(1 << 30), ROUND_MAX);
+        assert_eq!(round_limit(u64::MAX), ROUND_MAX);
     }
 }

@@ -11,7 +11,7 @@
 //! hook. A
 //! thread holding `sync` never waits for the store's lock.
 
-use super::commit::{SyncPoint, CHECKPOINT_BYTES};
+use super::commit::SyncPoint;
 use super::journal::{journal_path, starts_with_commit, Change, Journal};
 use super::SyncHook;
 use crate::error::{Error, Result};
@@ -60,7 +60,8 @@ pub struct Group {
     failed: AtomicBool,
     /// Bytes of commits in the journal's current round.
     journal_len: AtomicU64,
-    /// Journal size past which the next stage checkpoints.
+    /// Journal round past which the next stage checkpoints, set by a
+    /// test (0: the one the store file's size gives).
     checkpoint_bytes: AtomicU64,
     /// The test hook (locked last).
     hook: Mutex<Option<SyncHook>>,
@@ -83,7 +84,7 @@ impl Group {
             }),
             failed: AtomicBool::new(false),
             journal_len: AtomicU64::new(0),
-            checkpoint_bytes: AtomicU64::new(CHECKPOINT_BYTES),
+            checkpoint_bytes: AtomicU64::new(0),
             hook: Mutex::new(None),
         }
     }
@@ -168,9 +169,9 @@ impl Group {
         self.journal_len.load(Ordering::Relaxed)
     }
 
-    /// Journal size past which the next stage checkpoints.
-    pub(super) fn checkpoint_bytes(&self) -> u64 {
-        self.checkpoint_bytes.load(Ordering::Relaxed)
+    /// The journal round a test set for checkpoints, if any.
+    pub(super) fn checkpoint_bytes(&self) -> Option<u64> {
+        Some(self.checkpoint_bytes.load(Ordering::Relaxed)).filter(|&b| b > 0)
     }
 
     /// Sets the journal size past which the next stage checkpoints (tests).

@@ -72,8 +72,9 @@ const ENTRY_1: usize = 8 + BLOCK_SIZE;
 /// First and largest step of writing the file ahead.
 const AHEAD_MIN: u64 = 256 << 10;
 const AHEAD_MAX: u64 = 1 << 20;
-/// File size past which a reset gives the room back.
-const SHRINK_PAST: u64 = 128 << 20;
+/// File size past which a reset gives the room back: beyond the largest
+/// round (256 MB) plus its checkpoint's images (at most 256 MiB of copies).
+const SHRINK_PAST: u64 = 512 << 20;
 
 /// Path of the journal beside a store file.
 pub fn journal_path(store: &Path) -> PathBuf {
