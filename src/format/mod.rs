@@ -10,6 +10,7 @@ pub mod geometry;
 pub mod hash;
 pub mod intent;
 pub mod layout;
+pub mod slot_ops;
 pub mod superblock;
 pub mod tag;
 pub mod zero_runs;

@@ -6,7 +6,7 @@ use super::Pager;
 use crate::error::{Error, Result};
 use crate::format::delta;
 use crate::format::superblock::PRIMARY_BASE;
-use crate::format::BLOCK_SIZE;
+use crate::format::{BlockRef, BLOCK_SIZE};
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
@@ -128,6 +128,40 @@ impl Pager {
             return self.file.block_mut(n);
         }
         let image_next = self.needs_image(n);
+        let (copy, p) = self.copy_for_write(n)?;
+        // Lines about to be written for the first time since the last
+        // stage keep their old bytes, so the stage sends only the words
+        // that changed (a block whose next entry is an image needs none).
+        p.before_write(copy, lines, image_next);
+        // Staging copies what it sends, so the copy is never shared here.
+        Ok(Arc::make_mut(copy))
+    }
+
+    /// [`Pager::block_for_write_lines`] for a slot put or clear (on a
+    /// written block, confined to `lines`), with where to record it as a
+    /// slot operation (`format::slot_ops`) when the next stage can send it
+    /// so: in the journaled modes, while no other write to the block awaits
+    /// that stage (`None`: the lines are tracked as for any write).
+    pub(super) fn block_for_slot_op(
+        &mut self,
+        n: u64,
+        lines: u64,
+    ) -> Result<(&mut [u8], Option<&mut Vec<u8>>)> {
+        if self.durability == Durability::None {
+            return Ok((self.block_for_write_lines(n, lines)?, None));
+        }
+        let image_next = self.needs_image(n);
+        let (copy, p) = self.copy_for_write(n)?;
+        if p.takes_ops(image_next) && !BlockRef(copy).is_unwritten() {
+            return Ok((Arc::make_mut(copy), Some(&mut p.ops)));
+        }
+        p.before_write(copy, lines, image_next);
+        Ok((Arc::make_mut(copy), None))
+    }
+
+    /// Block `n`'s private copy (made on its first write since the last
+    /// checkpoint) and its record for the next stage.
+    fn copy_for_write(&mut self, n: u64) -> Result<(&mut Arc<[u8]>, &mut Pending)> {
         let copy = match self.overlay.entry(n) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {
@@ -144,15 +178,7 @@ impl Pager {
                 v.insert(copy)
             }
         };
-        // Lines about to be written for the first time since the last
-        // stage keep their old bytes, so the stage sends only the words
-        // that changed (a block whose next entry is an image needs none).
-        self.pending
-            .entry(n)
-            .or_default()
-            .before_write(copy, lines, image_next);
-        // Staging copies what it sends, so the copy is never shared here.
-        Ok(Arc::make_mut(copy))
+        Ok((copy, self.pending.entry(n).or_default()))
     }
 
     /// Queues every block changed since the last stage for the journal
@@ -201,11 +227,12 @@ impl Pager {
     }
 
     /// Queues the blocks written since their last stage as one stage:
-    /// each as the words that changed, or whole where it needs an image.
+    /// each as its slot operations, then the words that changed after
+    /// them, or whole where it needs an image.
     fn stage_pending(&mut self) -> Result<u64> {
         let mut blocks = Vec::with_capacity(self.pending.len());
         let pending: Vec<(u64, Pending)> = self.pending.drain().collect();
-        for (n, p) in pending {
+        for (n, mut p) in pending {
             let Some(img) = self.overlay.get(&n) else {
                 continue;
             };
@@ -214,8 +241,13 @@ impl Pager {
                     self.imaged.insert(n);
                 }
                 blocks.push(Staged::Image(n, Box::from(&img[..])));
-            } else if let Some(d) = p.delta(img) {
-                blocks.push(Staged::Delta(n, d));
+            } else {
+                if !p.ops.is_empty() {
+                    blocks.push(Staged::Ops(n, std::mem::take(&mut p.ops)));
+                }
+                if let Some(d) = p.delta(img) {
+                    blocks.push(Staged::Delta(n, d));
+                }
             }
         }
         Ok(self.group.stage(blocks))
@@ -379,10 +411,14 @@ impl Pager {
 /// Lines an overlay block may hold for its next stage's delta.
 const SAVED_LINES: usize = 8;
 
-/// A block written since its last stage: the 64-byte lines written (one
-/// bit each) and the bytes they held at that stage, as far as known.
+/// A block written since its last stage: the slot operations done first
+/// (while nothing else was written), then the 64-byte lines written (one
+/// bit each) and the bytes they held after those operations, as far as
+/// known.
 #[derive(Clone)]
 pub(super) struct Pending {
+    /// Slot puts and clears (`format::slot_ops`), all before any line below.
+    ops: Vec<u8>,
     lines: u64,
     /// Every line held zeros at the last stage (a block never written).
     zeros: bool,
@@ -395,6 +431,7 @@ pub(super) struct Pending {
 impl Default for Pending {
     fn default() -> Self {
         Pending {
+            ops: Vec::new(),
             lines: 0,
             zeros: false,
             overflow: false,
@@ -411,6 +448,12 @@ impl Pending {
             zeros: true,
             ..Pending::default()
         }
+    }
+
+    /// True when a slot operation may be recorded as one: no line is
+    /// tracked yet (the operations come first) and the next entry is no image.
+    fn takes_ops(&self, image_next: bool) -> bool {
+        self.lines == 0 && !self.zeros && !self.overflow && !image_next
     }
 
     /// Notes that `lines` of `copy` are about to be written, keeping the

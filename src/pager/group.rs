@@ -19,11 +19,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// One block staged: its whole image, or its delta from the version the
-/// journal's earlier entries (or the store file) hold.
+/// One block staged: its whole image, or its delta or slot operations
+/// from the version the journal's earlier entries (or the store file) hold.
 pub(super) enum Staged {
     Image(u64, Box<[u8]>),
     Delta(u64, Vec<u8>),
+    Ops(u64, Vec<u8>),
 }
 
 impl Staged {
@@ -31,6 +32,7 @@ impl Staged {
         match self {
             Staged::Image(n, img) => Change::Image(*n, img),
             Staged::Delta(n, d) => Change::Delta(*n, d),
+            Staged::Ops(n, o) => Change::Ops(*n, o),
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! In the journaled durability modes a change is made to a private copy of
 //! each block it touches, and the copies stay in memory until a checkpoint.
-//! A *commit* writes, for every block changed since the last one, the
-//! 64-byte lines written meanwhile (a delta) and fsyncs. The store file is
+//! A *commit* writes, for every block changed since the last one, the slot
+//! puts and clears done to it, or the 64-byte lines written meanwhile (a
+//! delta), and fsyncs. The store file is
 //! not touched between checkpoints, so its copy of a block is the version
 //! the last checkpoint made durable, and replay rebuilds each block's last
 //! version from it. A checkpoint first commits a whole image of every block
@@ -22,32 +23,33 @@
 //! O_DSYNC` in whole pages (`direct.rs`) instead of a buffered write and
 //! `fdatasync`.
 //!
-//! Commit layout, version 4 (little-endian):
+//! Commit layout, version 5 (little-endian):
 //!
 //! | off | len | field |
 //! |-----|-----|-------|
 //! | 0 | 4 | magic `TJNL` |
-//! | 4 | 4 | journal format version (4) |
+//! | 4 | 4 | journal format version (5) |
 //! | 8 | 8 | store hash seed (a journal of another store is ignored) |
 //! | 16 | 8 | commit sequence number, consecutive from the round's first commit |
 //! | 24 | 4 | entry count `n` |
 //! | 28 | 4 | round salt (every commit of a round the same, never zero) |
 //! | 32 | 4 | body length `L` in bytes |
 //! | 36 | 4 | reserved, zero |
-//! | 40 | `L` | `n` entries: block number u64, then u32 `k`: bit 31 clear, the block's image zero-run encoded in `k` bytes (`format::zero_runs`); bit 31 set, a delta of `k & 0x7FFF_FFFF` bytes (`format::delta`) applied to the block as the round's earlier entries leave it, or to the store file's copy when none names it |
+//! | 40 | `L` | `n` entries: block number u64, then u32 `k` whose low 30 bits are the entry's length in bytes: bits 31 and 30 clear, the block's image zero-run encoded (`format::zero_runs`); bit 31 set, a delta (`format::delta`); bit 30 set, slot puts and clears (`format::slot_ops`); both set is invalid. A delta or slot operations apply to the block as the round's earlier entries leave it, or to the store file's copy when none names it |
 //! | 40 + L | 4 | CRC32 of bytes 0 .. 40 + L |
 //! | 44 + L | 4 | magic `TEND` |
 //!
-//! Version 3 (still replayed) has the same layout, but a block's first entry
-//! in a round is always an image (a delta with no image before it is an
-//! error). Version 2 is version 3 without deltas; version 1: a 32-byte
-//! header (bytes 28..32 zero, no body length), then `n` × (block number
-//! u64, the 4096-byte image), CRC, `TEND`.
+//! Version 4 (still replayed) has no slot operations (bit 30 is part of
+//! the length). Version 3 is version 4, but a block's first entry in a
+//! round is always an image (a delta with no image before it is an error).
+//! Version 2 is version 3 without deltas; version 1: a 32-byte header
+//! (bytes 28..32 zero, no body length), then `n` × (block number u64, the
+//! 4096-byte image), CRC, `TEND`.
 
 use super::direct::{self, Direct};
 use crate::error::{Error, Result};
 use crate::format::bytes::{rd32, rd64};
-use crate::format::{delta, zero_runs, BLOCK_SIZE};
+use crate::format::{delta, slot_ops, zero_runs, BLOCK_SIZE};
 use crate::side::side_path;
 use foldhash::HashMap;
 use std::fs::{File, OpenOptions};
@@ -57,7 +59,9 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 4] = b"TJNL";
 const END: &[u8; 4] = b"TEND";
-const VERSION: u32 = 4;
+const VERSION: u32 = 5;
+/// Version 5 without slot operations; its journals are still replayed.
+const VERSION_4: u32 = 4;
 /// Version 4, but a block's first entry in a round is an image; still replayed.
 const VERSION_3: u32 = 3;
 /// Version 3 without deltas; its journals are still replayed.
@@ -66,6 +70,8 @@ const VERSION_2: u32 = 2;
 const VERSION_1: u32 = 1;
 /// Bit 31 of an entry's length: the entry is a delta, not an image.
 const DELTA_BIT: u32 = 1 << 31;
+/// Bit 30 of an entry's length (version 5): the entry is slot operations.
+const OPS_BIT: u32 = 1 << 30;
 const HEADER: usize = 40;
 const HEADER_1: usize = 32;
 const ENTRY_1: usize = 8 + BLOCK_SIZE;
@@ -106,6 +112,7 @@ pub struct Round {
 enum Entry<'a> {
     Image(Vec<u8>),
     Delta(&'a [u8]),
+    Ops(&'a [u8]),
 }
 
 /// One entry of a commit to append.
@@ -114,6 +121,8 @@ pub enum Change<'a> {
     Image(u64, &'a [u8]),
     /// The block's delta (`format::delta`) from its previous version.
     Delta(u64, &'a [u8]),
+    /// Slot puts and clears (`format::slot_ops`) to redo on its previous version.
+    Ops(u64, &'a [u8]),
 }
 
 /// The open journal file.
@@ -176,12 +185,18 @@ fn parse_commit(data: &[u8], version: u32) -> Option<(Vec<(u64, Entry<'_>)>, usi
         } else {
             let k = rd32(data.get(at + 8..at + 12)?, 0);
             let is_delta = k & DELTA_BIT != 0 && version >= VERSION_3;
-            let len = (k & !DELTA_BIT) as usize;
-            let enc = data.get(at + 12..(at + 12).checked_add(len)?)?;
-            blocks.push(if is_delta {
-                (b, Entry::Delta(enc))
+            let is_ops = k & OPS_BIT != 0 && version >= VERSION;
+            let len = if version >= VERSION {
+                (k & !(DELTA_BIT | OPS_BIT)) as usize
             } else {
-                (b, Entry::Image(zero_runs::decode(enc)?))
+                (k & !DELTA_BIT) as usize
+            };
+            let enc = data.get(at + 12..(at + 12).checked_add(len)?)?;
+            blocks.push(match (is_delta, is_ops) {
+                (true, true) => return None,
+                (true, false) => (b, Entry::Delta(enc)),
+                (false, true) => (b, Entry::Ops(enc)),
+                (false, false) => (b, Entry::Image(zero_runs::decode(enc)?)),
             });
             at += 12 + len;
         }
@@ -265,7 +280,7 @@ impl Journal {
             let h = &data[at..at + HEADER_1];
             let (version, salt, seq) = (rd32(h, 4), rd32(h, 28), rd64(h, 16));
             if &h[0..4] != MAGIC
-                || ![VERSION, VERSION_3, VERSION_2, VERSION_1].contains(&version)
+                || ![VERSION, VERSION_4, VERSION_3, VERSION_2, VERSION_1].contains(&version)
                 || rd64(h, 8) != self.seed
                 || round.is_some_and(|r| (r.0, r.1, r.2) != (version, salt, seq))
             {
@@ -275,29 +290,32 @@ impl Journal {
                 break;
             };
             for (b, e) in entries {
-                match e {
+                // A delta's runs are written over the block, slot operations redone on it.
+                type Redo = fn(&mut [u8], &[u8]) -> Option<()>;
+                let (redo, bytes): (Redo, &[u8]) = match e {
                     Entry::Image(img) => {
                         out.images.insert(b, img);
+                        continue;
                     }
-                    Entry::Delta(d) => {
-                        if version == VERSION && !out.images.contains_key(&b) {
-                            out.images.insert(b, base(b)?);
-                            out.from_file.insert(b);
-                        }
-                        let img = out.images.get_mut(&b).ok_or_else(|| {
-                            Error::corrupt(format!(
-                                "journal {}: commit {seq} changes block {b} without an image of it earlier in the round",
-                                self.path.display()
-                            ))
-                        })?;
-                        delta::apply(img, d).ok_or_else(|| {
-                            Error::corrupt(format!(
-                                "journal {}: commit {seq} holds a bad change to block {b}",
-                                self.path.display()
-                            ))
-                        })?;
-                    }
+                    Entry::Delta(d) => (delta::apply, d),
+                    Entry::Ops(o) => (slot_ops::apply, o),
+                };
+                if version >= VERSION_4 && !out.images.contains_key(&b) {
+                    out.images.insert(b, base(b)?);
+                    out.from_file.insert(b);
                 }
+                let img = out.images.get_mut(&b).ok_or_else(|| {
+                    Error::corrupt(format!(
+                        "journal {}: commit {seq} changes block {b} without an image of it earlier in the round",
+                        self.path.display()
+                    ))
+                })?;
+                redo(img, bytes).ok_or_else(|| {
+                    Error::corrupt(format!(
+                        "journal {}: commit {seq} holds a bad change to block {b}",
+                        self.path.display()
+                    ))
+                })?;
             }
             out.commits += 1;
             round = Some((version, salt, seq + 1));
@@ -326,13 +344,14 @@ impl Journal {
             let (block, flag) = match c {
                 Change::Image(n, _) => (n, 0),
                 Change::Delta(n, _) => (n, DELTA_BIT),
+                Change::Ops(n, _) => (n, OPS_BIT),
             };
             buf.extend_from_slice(&block.to_le_bytes());
             let at = buf.len();
             buf.extend_from_slice(&[0u8; 4]);
             match c {
                 Change::Image(_, img) => zero_runs::encode(img, &mut buf),
-                Change::Delta(_, d) => buf.extend_from_slice(d),
+                Change::Delta(_, d) | Change::Ops(_, d) => buf.extend_from_slice(d),
             }
             let len = (buf.len() - at - 4) as u32 | flag;
             buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
@@ -467,6 +486,67 @@ mod tests {
         std::fs::write(&path, &data).expect("write");
         let mut j = Journal::open(&store, 7).expect("reopen");
         assert!(j.read_round(&base).is_err());
+    }
+
+    /// Version 5: slot operations redo puts and clears on the store file's
+    /// copy, in order with the block's deltas; a version-4 journal never
+    /// reads bit 30 as a flag, and a commit with both flags is torn.
+    #[test]
+    fn slot_operations_redo_puts_and_clears_in_order_with_deltas() {
+        use crate::format::{tag, BlockMut, KIND_PRIMARY};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut base_img = vec![0u8; BLOCK_SIZE];
+        BlockMut(&mut base_img).set_identity(KIND_PRIMARY, 1, 0);
+        BlockMut(&mut base_img).seal();
+        let slot = |s: &str| tag::encode(&tag::Tag::new("ö", "r", s)).expect("fits");
+        let mut live = base_img.clone();
+        let mut ops = Vec::new();
+        let crc = |b: &[u8]| crate::format::BlockRef(b).stored_crc();
+        BlockMut(&mut live).put_resealed(3, &slot("a\tb"), 11, 5);
+        slot_ops::encode_put(&mut ops, 3, crc(&live), &slot("a\tb"), 11, 5);
+        BlockMut(&mut live).put_resealed(4, &slot("c"), 12, 6);
+        slot_ops::encode_put(&mut ops, 4, crc(&live), &slot("c"), 12, 6);
+        BlockMut(&mut live).clear_resealed(3);
+        slot_ops::encode_clear(&mut ops, 3, crc(&live));
+        let after_ops = live.clone();
+        // Then a write tracked by lines (the last line), as a delta.
+        live[BLOCK_SIZE - 8..].fill(1);
+        let mut d = Vec::new();
+        delta::encode(&after_ops, &live, &mut d);
+        let mut j = Journal::open(&store, 7).expect("open");
+        j.append([Change::Ops(2, &ops), Change::Delta(2, &d)].into_iter())
+            .expect("append");
+        let len = j.len() as usize;
+        drop(j);
+        let base = |n: u64| -> Result<Vec<u8>> {
+            assert_eq!(n, 2);
+            Ok(base_img.clone())
+        };
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        let r = j.read_round(&base).expect("read");
+        assert_eq!(r.commits, 1);
+        assert!(r.images[&2] == live, "ops then delta rebuild the block");
+        // The same bytes as version 4: bit 30 is length, the entry runs past the body.
+        let path = journal_path(&store);
+        let data = std::fs::read(&path).expect("read");
+        let reseal = |mut data: Vec<u8>| {
+            let crc = crc32fast::hash(&data[..len - 8]);
+            data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
+            std::fs::write(&path, &data).expect("write");
+        };
+        let mut v4 = data.clone();
+        v4[4..8].copy_from_slice(&VERSION_4.to_le_bytes());
+        reseal(v4);
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        assert_eq!(j.read_round(&base).expect("read").commits, 0);
+        // Both flags on the first entry: the commit does not parse.
+        let mut both = data;
+        let k = HEADER + 8;
+        both[k + 3] |= 0x80;
+        reseal(both);
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        assert_eq!(j.read_round(&base).expect("read").commits, 0);
     }
 
     #[test]

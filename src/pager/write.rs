@@ -4,6 +4,7 @@ use super::commit::Durability;
 use super::Pager;
 use crate::error::Result;
 use crate::format::block::slot_lines;
+use crate::format::slot_ops;
 use crate::format::{
     BlockMut, Intent, SlotAddr, SlotBytes, Superblock, BLOCK_SIZE, INTENT_BLOCK, INTENT_LEN,
     SUPERBLOCK_BLOCK,
@@ -56,14 +57,18 @@ impl Pager {
         tfp: u8,
     ) -> Result<()> {
         self.tick()?;
-        let raw = self.block_for_write_lines(addr.block, slot_lines(addr.slot as usize))?;
+        let i = addr.slot as usize;
+        let (raw, ops) = self.block_for_slot_op(addr.block, slot_lines(i))?;
         let mut b = BlockMut(raw);
         if b.as_ref().is_unwritten() {
             b.set_identity(id.kind, id.owner, id.ordinal);
-            b.put(addr.slot as usize, slot, kfp, tfp);
+            b.put(i, slot, kfp, tfp);
             b.seal();
         } else {
-            b.put_resealed(addr.slot as usize, slot, kfp, tfp);
+            b.put_resealed(i, slot, kfp, tfp);
+            if let Some(ops) = ops {
+                slot_ops::encode_put(ops, i, b.as_ref().stored_crc(), slot, kfp, tfp);
+            }
         }
         self.mark_verified(addr.block);
         Ok(())
@@ -87,8 +92,13 @@ impl Pager {
     /// Empties slot `addr` (its block was read, and its CRC checked, before).
     pub fn clear_slot(&mut self, addr: SlotAddr) -> Result<()> {
         self.tick()?;
-        let raw = self.block_for_write_lines(addr.block, slot_lines(addr.slot as usize))?;
-        BlockMut(raw).clear_resealed(addr.slot as usize);
+        let i = addr.slot as usize;
+        let (raw, ops) = self.block_for_slot_op(addr.block, slot_lines(i))?;
+        let mut b = BlockMut(raw);
+        b.clear_resealed(i);
+        if let Some(ops) = ops {
+            slot_ops::encode_clear(ops, i, b.as_ref().stored_crc());
+        }
         Ok(())
     }
 
