@@ -53,7 +53,7 @@ use crate::format::{delta, slot_ops, zero_runs, BLOCK_SIZE};
 use crate::side::side_path;
 use foldhash::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -251,42 +251,82 @@ impl Journal {
         self.pos
     }
 
-    fn read_all(&self) -> Result<Vec<u8>> {
-        let mut data = Vec::new();
-        let mut f = &self.file;
-        f.seek(SeekFrom::Start(0))
-            .and_then(|_| f.read_to_end(&mut data))
-            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?;
-        Ok(data)
+    /// Reads up to `buf.len()` bytes at `at`; how many there were (fewer
+    /// only at the file's end).
+    fn read_at(&self, buf: &mut [u8], at: u64) -> Result<usize> {
+        let mut got = 0;
+        while got < buf.len() {
+            match self.file.read_at(&mut buf[got..], at + got as u64) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(format!("reading {}", self.path.display()), e)),
+            }
+        }
+        Ok(got)
     }
 
     /// The hash seed the journal's first commit names, if it has one.
     pub fn first_seed(&mut self) -> Result<Option<u64>> {
-        let data = self.read_all()?;
-        Ok((data.len() >= HEADER && &data[0..4] == MAGIC).then(|| rd64(&data, 8)))
+        let mut h = [0u8; HEADER];
+        let got = self.read_at(&mut h, 0)?;
+        Ok((got == HEADER && &h[0..4] == MAGIC).then(|| rd64(&h, 8)))
     }
 
     /// Reads every complete, valid commit of the round from the start, in
     /// order; stops at the first torn, foreign or older-round one. A delta
     /// whose block no earlier entry names applies to `base(block)`, the
-    /// store file's copy (version 4), or is an error (version 3).
+    /// store file's copy (versions 4 and 5), or is an error (version 3).
+    /// One commit at a time is in memory, not the file.
     pub fn read_round(&mut self, base: &dyn Fn(u64) -> Result<Vec<u8>>) -> Result<Round> {
-        let data = self.read_all()?;
+        let file_len = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io(format!("reading {}", self.path.display()), e))?
+            .len();
         let mut out = Round::default();
-        let mut at = 0usize;
+        let mut at = 0u64;
+        let mut data = Vec::new();
         // (version, salt, next sequence number) of the round, from its first commit.
         let mut round: Option<(u32, u32, u64)> = None;
-        while data.len() >= at + HEADER_1 {
-            let h = &data[at..at + HEADER_1];
-            let (version, salt, seq) = (rd32(h, 4), rd32(h, 28), rd64(h, 16));
+        loop {
+            let mut h = [0u8; HEADER];
+            let got = self.read_at(&mut h, at)?;
+            if got < HEADER_1 {
+                break;
+            }
+            let (version, salt, seq) = (rd32(&h, 4), rd32(&h, 28), rd64(&h, 16));
             if &h[0..4] != MAGIC
                 || ![VERSION, VERSION_4, VERSION_3, VERSION_2, VERSION_1].contains(&version)
-                || rd64(h, 8) != self.seed
+                || rd64(&h, 8) != self.seed
                 || round.is_some_and(|r| (r.0, r.1, r.2) != (version, salt, seq))
             {
                 break;
             }
-            let Some((entries, len)) = parse_commit(&data[at..], version) else {
+            // The whole commit, as long as its header says and the file holds.
+            let len = if version == VERSION_1 {
+                (rd32(&h, 24) as u64).checked_mul(ENTRY_1 as u64)
+            } else if got == HEADER {
+                Some(u64::from(rd32(&h, 32)))
+            } else {
+                None
+            }
+            .map(|body| {
+                body + if version == VERSION_1 {
+                    HEADER_1
+                } else {
+                    HEADER
+                } as u64
+                    + 8
+            });
+            let Some(len) = len.filter(|&l| l <= file_len.saturating_sub(at)) else {
+                break;
+            };
+            data.resize(len as usize, 0);
+            if self.read_at(&mut data, at)? < data.len() {
+                break;
+            }
+            let Some((entries, len)) = parse_commit(&data, version) else {
                 break;
             };
             for (b, e) in entries {
@@ -319,12 +359,12 @@ impl Journal {
             }
             out.commits += 1;
             round = Some((version, salt, seq + 1));
-            at += len;
+            at += len as u64;
         }
         if let Some((VERSION, salt, next)) = round {
             (self.salt, self.next_seq) = (salt, next);
         }
-        self.pos = at as u64;
+        self.pos = at;
         Ok(out)
     }
 
@@ -547,6 +587,36 @@ mod tests {
         reseal(both);
         let mut j = Journal::open(&store, 7).expect("reopen");
         assert_eq!(j.read_round(&base).expect("read").commits, 0);
+    }
+
+    /// A header claiming a body longer than the file ends the round there
+    /// (read_round checks the length against the file before reading it).
+    #[test]
+    fn a_body_length_past_the_files_end_ends_the_round() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut j = Journal::open(&store, 7).expect("open");
+        let a = vec![1u8; BLOCK_SIZE];
+        j.append([Change::Image(5, &a[..])].into_iter())
+            .expect("append");
+        j.append([Change::Image(6, &a[..])].into_iter())
+            .expect("append");
+        let first = commit_len(&store);
+        drop(j);
+        let path = journal_path(&store);
+        let mut data = std::fs::read(&path).expect("read");
+        data[first + 32..first + 36].copy_from_slice(&0xFFFF_FFF0u32.to_le_bytes());
+        std::fs::write(&path, &data).expect("write");
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        let r = j.read_round(&no_base).expect("read");
+        assert_eq!(r.commits, 1);
+        assert_eq!(j.len(), first as u64);
+    }
+
+    /// The length of the first commit of the journal beside `store`.
+    fn commit_len(store: &Path) -> usize {
+        let data = std::fs::read(journal_path(store)).expect("read");
+        HEADER + rd32(&data, 32) as usize + 8
     }
 
     #[test]
