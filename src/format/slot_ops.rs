@@ -34,13 +34,18 @@ pub fn encode_put(
     key_fp: u16,
     tag_fp: u8,
 ) {
+    const ZEROS: SlotBytes = [0; SLOT_SIZE];
     let used = used_prefix(slot).len();
     // A slot with bytes past its tag (never written so) is sent whole.
-    let m = if slot[used..].iter().all(|&b| b == 0) {
+    let m = if slot[used..] == ZEROS[used..] {
         used
     } else {
         SLOT_SIZE
     };
+    if out.capacity() == 0 {
+        // A block's operations of one stage in one allocation, mostly.
+        out.reserve(256);
+    }
     out.extend_from_slice(&[PUT, i as u8]);
     out.extend_from_slice(&crc.to_le_bytes());
     out.extend_from_slice(&key_fp.to_le_bytes());
