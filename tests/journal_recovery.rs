@@ -754,3 +754,34 @@ fn a_damaged_base_block_is_named_as_the_store_files() {
         "{msg}"
     );
 }
+
+/// A tag put and cleared again and again between two syncs is journaled
+/// as its blocks, not as every operation (slot operations past a block's
+/// size per stage): the commit stays near two blocks' size, and replaying
+/// it after a crash gives the last state.
+#[test]
+fn churn_between_syncs_is_journaled_as_whole_blocks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("churn.tags");
+    let s = Store::create(&path, &CreateOptions::default()).expect("create");
+    let kept = Tag::new("kept", "r", "s");
+    assert!(s.insert(&kept).expect("insert"));
+    s.set_durability(Durability::OnSync).expect("mode");
+    let churn = Tag::new("churn", "r", "s");
+    for _ in 0..5_000 {
+        assert!(s.insert(&churn).expect("insert"));
+        assert!(s.delete(&churn).expect("delete"));
+    }
+    assert!(s.insert(&churn).expect("insert"));
+    s.sync().expect("sync");
+    let journal = fs::read(journal_path(&path)).expect("journal");
+    let used = journal.len() - journal.iter().rev().take_while(|&&b| b == 0).count();
+    assert!(
+        used < 32 << 10,
+        "10,000 operations on two blocks took {used} bytes of journal"
+    );
+    s.abandon();
+    let s = Store::open(&path).expect("reopen replays");
+    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+    assert_eq!(got, BTreeSet::from([kept, churn]));
+}

@@ -153,7 +153,10 @@ impl Pager {
         let image_next = self.needs_image(n);
         let (copy, p) = self.copy_for_write(n)?;
         if p.takes_ops(image_next) && !BlockRef(copy).is_unwritten() {
-            return Ok((Arc::make_mut(copy), Some(&mut p.ops)));
+            if p.ops.len() < OPS_MAX {
+                return Ok((Arc::make_mut(copy), Some(&mut p.ops)));
+            }
+            p.send_whole();
         }
         p.before_write(copy, lines, image_next);
         Ok((Arc::make_mut(copy), None))
@@ -411,6 +414,11 @@ impl Pager {
 /// Lines an overlay block may hold for its next stage's delta.
 const SAVED_LINES: usize = 8;
 
+/// Bytes of slot operations a block may gather for one stage: past a
+/// block's size (a tag put and cleared again and again between two syncs)
+/// the block is sent whole instead.
+const OPS_MAX: usize = crate::format::BLOCK_SIZE;
+
 /// A block written since its last stage: the slot operations done first
 /// (while nothing else was written), then the 64-byte lines written (one
 /// bit each) and the bytes they held after those operations, as far as
@@ -454,6 +462,14 @@ impl Pending {
     /// tracked yet (the operations come first) and the next entry is no image.
     fn takes_ops(&self, image_next: bool) -> bool {
         self.lines == 0 && !self.zeros && !self.overflow && !image_next
+    }
+
+    /// Sends the block whole at the next stage, in place of the operations
+    /// gathered (every line written, as it will be then).
+    fn send_whole(&mut self) {
+        self.ops = Vec::new();
+        self.lines = u64::MAX;
+        self.overflow = true;
     }
 
     /// Notes that `lines` of `copy` are about to be written, keeping the
