@@ -214,6 +214,9 @@ impl Pager {
             for b in start..next {
                 self.mark_verified(b);
             }
+            // Written whole, so backed: their next writes (a durable
+            // INSERT's, or the map's) need no `fallocate` first.
+            self.mark_reserved(start, next - start);
         }
         if early && !self.early.off && lo < hi {
             self.file.start_writeback(lo, hi - lo);

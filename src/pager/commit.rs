@@ -210,7 +210,7 @@ impl Pager {
             self.fail();
         })?;
         let (round, overlay) = match self.group.checkpoint_bytes() {
-            Some(bytes) => (bytes, bytes * OVERLAY_PER_JOURNAL),
+            Some(bytes) => (bytes, bytes.saturating_mul(OVERLAY_PER_JOURNAL)),
             None => (round_limit(self.file.len()), OVERLAY_MAX),
         };
         if self.group.journal_len() > round
