@@ -589,6 +589,48 @@ mod tests {
         assert_eq!(j.read_round(&base).expect("read").commits, 0);
     }
 
+    /// Version 1 (no salt, no body length, whole images): two commits are
+    /// read back, commit by commit, and a torn third is dropped.
+    #[test]
+    fn a_version_1_journal_is_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let commit = |seq: u64, blocks: &[(u64, u8)]| {
+            let mut c = Vec::new();
+            c.extend_from_slice(MAGIC);
+            c.extend_from_slice(&VERSION_1.to_le_bytes());
+            c.extend_from_slice(&7u64.to_le_bytes());
+            c.extend_from_slice(&seq.to_le_bytes());
+            c.extend_from_slice(&(blocks.len() as u32).to_le_bytes());
+            c.extend_from_slice(&[0u8; 4]);
+            for &(b, fill) in blocks {
+                c.extend_from_slice(&b.to_le_bytes());
+                c.extend_from_slice(&[fill; BLOCK_SIZE]);
+            }
+            let crc = crc32fast::hash(&c);
+            c.extend_from_slice(&crc.to_le_bytes());
+            c.extend_from_slice(END);
+            c
+        };
+        let mut data = commit(0, &[(3, 1), (4, 2)]);
+        data.extend(commit(1, &[(3, 5)]));
+        let whole = data.len();
+        let third = commit(2, &[(9, 9)]);
+        // The file ending with the second commit, then with a torn third.
+        for tail in [&[][..], &third[..third.len() - 3]] {
+            let mut file = data.clone();
+            file.extend_from_slice(tail);
+            std::fs::write(journal_path(&store), &file).expect("write");
+            let mut j = Journal::open(&store, 7).expect("open");
+            let r = j.read_round(&no_base).expect("read");
+            assert_eq!(r.commits, 2);
+            assert_eq!(r.images[&3], vec![5u8; BLOCK_SIZE]);
+            assert_eq!(r.images[&4], vec![2u8; BLOCK_SIZE]);
+            assert!(!r.images.contains_key(&9));
+            assert_eq!(j.len(), whole as u64);
+        }
+    }
+
     /// A header claiming a body longer than the file ends the round there
     /// (read_round checks the length against the file before reading it).
     #[test]
