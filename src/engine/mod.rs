@@ -482,8 +482,9 @@ impl Store {
         self.bulk_round_max.store(tags.max(1), Ordering::Relaxed);
     }
 
-    /// Sets the journal round past which a commit checkpoints (by default
-    /// four times the store file, 64–256 MB), so crash tests reach one quickly.
+    /// Sets the journal round past which a commit checkpoints, so crash
+    /// tests reach one quickly (0: the default, four times the store file
+    /// within 64–256 MB).
     #[cfg(feature = "test-hooks")]
     pub fn set_checkpoint_bytes(&self, bytes: u64) {
         self.lock().pager.set_checkpoint_bytes(bytes);

@@ -12,10 +12,11 @@
 //! little-endian. Redoing one writes what [`BlockMut::put`] or
 //! [`BlockMut::clear`] writes (the slot, its fingerprints, its bitmap bit)
 //! and that CRC: the block comes out as the original change left it. Like
-//! a delta's runs these are plain writes, never updates computed from the
-//! bytes there: redone on another version of the block (a replay repeated
-//! after its write-back), the last write of each byte wins, and a block
-//! damaged elsewhere keeps failing its CRC.
+//! a delta's runs these are plain writes (the bitmap word is read to set or
+//! clear the operation's own bit, no other): redone on another version of
+//! the block (a replay repeated after its write-back), the last write of
+//! each byte and bit wins, and a block damaged elsewhere keeps failing its
+//! CRC, which is recorded, never recomputed.
 
 use super::block::{BlockMut, SLOTS_PER_BLOCK};
 use super::tag::{used_prefix, SlotBytes, SLOT_SIZE};

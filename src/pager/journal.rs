@@ -299,7 +299,12 @@ impl Journal {
             if &h[0..4] != MAGIC
                 || ![VERSION, VERSION_4, VERSION_3, VERSION_2, VERSION_1].contains(&version)
                 || rd64(&h, 8) != self.seed
-                || round.is_some_and(|r| (r.0, r.1, r.2) != (version, salt, seq))
+                || round.is_some_and(|r| {
+                    // A version-4 round may go on in version 5: the guard
+                    // commit a replay by this build appends to it.
+                    let same = r.0 == version || (r.0 == VERSION_4 && version == VERSION);
+                    !same || (r.1, r.2) != (salt, seq)
+                })
             {
                 break;
             }
@@ -361,7 +366,9 @@ impl Journal {
             round = Some((version, salt, seq + 1));
             at += len as u64;
         }
-        if let Some((VERSION, salt, next)) = round {
+        // Commits appended now continue the round (a version-4 one too:
+        // replay's guard commit must be read back after it).
+        if let Some((VERSION | VERSION_4, salt, next)) = round {
             (self.salt, self.next_seq) = (salt, next);
         }
         self.pos = at;
@@ -629,6 +636,46 @@ mod tests {
             assert!(!r.images.contains_key(&9));
             assert_eq!(j.len(), whole as u64);
         }
+    }
+
+    /// A version-4 round read by this build is continued by the commits
+    /// appended after it (replay's guard commit of final images): the next
+    /// read applies them after the version-4 deltas, whatever the store
+    /// file's copies have become meanwhile.
+    #[test]
+    fn a_commit_appended_to_a_version_4_round_is_read_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut j = Journal::open(&store, 7).expect("open");
+        let mut img = vec![4u8; BLOCK_SIZE];
+        img[64..128].fill(9);
+        let mut d = Vec::new();
+        delta::encode_written(&img, 0b10, &mut d);
+        j.append([Change::Delta(6, &d)].into_iter())
+            .expect("append");
+        let len = j.len() as usize;
+        drop(j);
+        // Make it a version-4 commit.
+        let path = journal_path(&store);
+        let mut data = std::fs::read(&path).expect("read");
+        data[4..8].copy_from_slice(&VERSION_4.to_le_bytes());
+        let crc = crc32fast::hash(&data[..len - 8]);
+        data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
+        data.truncate(len);
+        std::fs::write(&path, &data).expect("write");
+        let base = |_: u64| -> Result<Vec<u8>> { Ok(vec![4u8; BLOCK_SIZE]) };
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        let r = j.read_round(&base).expect("read");
+        assert_eq!(r.commits, 1);
+        j.append([Change::Image(6, &r.images[&6][..])].into_iter())
+            .expect("guard");
+        drop(j);
+        // The store file's copy torn meanwhile: the guard's image wins.
+        let torn = |_: u64| -> Result<Vec<u8>> { Ok(vec![0xEE; BLOCK_SIZE]) };
+        let mut j = Journal::open(&store, 7).expect("reopen");
+        let r = j.read_round(&torn).expect("read");
+        assert_eq!(r.commits, 2);
+        assert!(r.images[&6] == img, "the guard commit was not read back");
     }
 
     /// A header claiming a body longer than the file ends the round there
