@@ -503,21 +503,36 @@ mod tests {
         Err(Error::corrupt(format!("block {n}: no base expected")))
     }
 
-    /// Version 4: a block's first entry may be a delta, applied to the
-    /// store file's copy; the same commit as version 3 is refused.
-    #[test]
-    fn a_first_delta_applies_to_the_store_files_copy() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = dir.path().join("s.tags");
-        let mut j = Journal::open(&store, 7).expect("open");
+    /// A journal beside `store` holding one commit: block 6 as a delta
+    /// (its second line set to 9s) over a base of 4s. The block it
+    /// rebuilds, and the commit's length.
+    fn one_delta_journal(store: &Path) -> (Vec<u8>, usize) {
+        let mut j = Journal::open(store, 7).expect("open");
         let mut img = vec![4u8; BLOCK_SIZE];
         img[64..128].fill(9);
         let mut d = Vec::new();
         delta::encode_written(&img, 0b10, &mut d);
         j.append([Change::Delta(6, &d)].into_iter())
             .expect("append");
-        let len = j.len() as usize;
-        drop(j);
+        (img, j.len() as usize)
+    }
+
+    /// Writes `data` as the journal beside `store`, its first commit
+    /// (`len` bytes) resealed after `edit` changed its bytes.
+    fn rewrite_first(store: &Path, mut data: Vec<u8>, len: usize, edit: impl FnOnce(&mut [u8])) {
+        edit(&mut data);
+        let crc = crc32fast::hash(&data[..len - 8]);
+        data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(journal_path(store), &data).expect("write");
+    }
+
+    /// Version 4: a block's first entry may be a delta, applied to the
+    /// store file's copy; the same commit as version 3 is refused.
+    #[test]
+    fn a_first_delta_applies_to_the_store_files_copy() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let (img, len) = one_delta_journal(&store);
         let base = |n: u64| -> Result<Vec<u8>> {
             assert_eq!(n, 6);
             Ok(vec![4u8; BLOCK_SIZE])
@@ -525,12 +540,10 @@ mod tests {
         let mut j = Journal::open(&store, 7).expect("reopen");
         let r = j.read_round(&base).expect("read");
         assert_eq!((r.commits, &r.images[&6]), (1, &img));
-        let path = journal_path(&store);
-        let mut data = std::fs::read(&path).expect("read");
-        data[4..8].copy_from_slice(&VERSION_3.to_le_bytes());
-        let crc = crc32fast::hash(&data[..len - 8]);
-        data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
-        std::fs::write(&path, &data).expect("write");
+        let data = std::fs::read(journal_path(&store)).expect("read");
+        rewrite_first(&store, data, len, |c| {
+            c[4..8].copy_from_slice(&VERSION_3.to_le_bytes())
+        });
         let mut j = Journal::open(&store, 7).expect("reopen");
         assert!(j.read_round(&base).is_err());
     }
@@ -575,23 +588,14 @@ mod tests {
         assert_eq!(r.commits, 1);
         assert!(r.images[&2] == live, "ops then delta rebuild the block");
         // The same bytes as version 4: bit 30 is length, the entry runs past the body.
-        let path = journal_path(&store);
-        let data = std::fs::read(&path).expect("read");
-        let reseal = |mut data: Vec<u8>| {
-            let crc = crc32fast::hash(&data[..len - 8]);
-            data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
-            std::fs::write(&path, &data).expect("write");
-        };
-        let mut v4 = data.clone();
-        v4[4..8].copy_from_slice(&VERSION_4.to_le_bytes());
-        reseal(v4);
+        let data = std::fs::read(journal_path(&store)).expect("read");
+        rewrite_first(&store, data.clone(), len, |c| {
+            c[4..8].copy_from_slice(&VERSION_4.to_le_bytes())
+        });
         let mut j = Journal::open(&store, 7).expect("reopen");
         assert_eq!(j.read_round(&base).expect("read").commits, 0);
         // Both flags on the first entry: the commit does not parse.
-        let mut both = data;
-        let k = HEADER + 8;
-        both[k + 3] |= 0x80;
-        reseal(both);
+        rewrite_first(&store, data, len, |c| c[HEADER + 8 + 3] |= 0x80);
         let mut j = Journal::open(&store, 7).expect("reopen");
         assert_eq!(j.read_round(&base).expect("read").commits, 0);
     }
@@ -646,23 +650,13 @@ mod tests {
     fn a_commit_appended_to_a_version_4_round_is_read_back() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = dir.path().join("s.tags");
-        let mut j = Journal::open(&store, 7).expect("open");
-        let mut img = vec![4u8; BLOCK_SIZE];
-        img[64..128].fill(9);
-        let mut d = Vec::new();
-        delta::encode_written(&img, 0b10, &mut d);
-        j.append([Change::Delta(6, &d)].into_iter())
-            .expect("append");
-        let len = j.len() as usize;
-        drop(j);
-        // Make it a version-4 commit.
-        let path = journal_path(&store);
-        let mut data = std::fs::read(&path).expect("read");
-        data[4..8].copy_from_slice(&VERSION_4.to_le_bytes());
-        let crc = crc32fast::hash(&data[..len - 8]);
-        data[len - 8..len - 4].copy_from_slice(&crc.to_le_bytes());
+        let (img, len) = one_delta_journal(&store);
+        // Make it a version-4 commit, the file ending with it.
+        let mut data = std::fs::read(journal_path(&store)).expect("read");
         data.truncate(len);
-        std::fs::write(&path, &data).expect("write");
+        rewrite_first(&store, data, len, |c| {
+            c[4..8].copy_from_slice(&VERSION_4.to_le_bytes())
+        });
         let base = |_: u64| -> Result<Vec<u8>> { Ok(vec![4u8; BLOCK_SIZE]) };
         let mut j = Journal::open(&store, 7).expect("reopen");
         let r = j.read_round(&base).expect("read");
