@@ -158,18 +158,21 @@ fn new_salt(old: u32) -> u32 {
     s.max(1)
 }
 
+/// The header and body lengths the commit starting at `data` (at least
+/// its header) claims in journal `version`; `None` if they cannot be read.
+fn commit_lengths(data: &[u8], version: u32) -> Option<(usize, usize)> {
+    if version == VERSION_1 {
+        Some((HEADER_1, (rd32(data, 24) as usize).checked_mul(ENTRY_1)?))
+    } else {
+        (data.len() >= HEADER).then(|| (HEADER, rd32(data, 32) as usize))
+    }
+}
+
 /// One whole commit at the start of `data` in journal `version`: its
 /// entries and its length in bytes; `None` if torn, garbled or short.
 fn parse_commit(data: &[u8], version: u32) -> Option<(Vec<(u64, Entry<'_>)>, usize)> {
     let n = rd32(data, 24) as usize;
-    let (head, body) = if version == VERSION_1 {
-        (HEADER_1, n.checked_mul(ENTRY_1)?)
-    } else {
-        if data.len() < HEADER {
-            return None;
-        }
-        (HEADER, rd32(data, 32) as usize)
-    };
+    let (head, body) = commit_lengths(data, version)?;
     let end = head.checked_add(body)?;
     let tail = data.get(end..end.checked_add(8)?)?;
     if rd32(tail, 0) != crc32fast::hash(&data[..end]) || &tail[4..8] != END {
@@ -309,21 +312,9 @@ impl Journal {
                 break;
             }
             // The whole commit, as long as its header says and the file holds.
-            let len = if version == VERSION_1 {
-                (rd32(&h, 24) as u64).checked_mul(ENTRY_1 as u64)
-            } else if got == HEADER {
-                Some(u64::from(rd32(&h, 32)))
-            } else {
-                None
-            }
-            .map(|body| {
-                body + if version == VERSION_1 {
-                    HEADER_1
-                } else {
-                    HEADER
-                } as u64
-                    + 8
-            });
+            let len = commit_lengths(&h[..got], version)
+                .and_then(|(head, body)| (head + 8).checked_add(body))
+                .map(|l| l as u64);
             let Some(len) = len.filter(|&l| l <= file_len.saturating_sub(at)) else {
                 break;
             };
