@@ -987,10 +987,11 @@ fn a_request_sent_in_pieces_does_not_hold_up_other_clients() {
 }
 
 /// A commit that fails (here the journal cannot grow: a file-size limit
-/// below its first write-ahead step, as a full disk would) leaves the
-/// server's store handle unusable: the writing client is told the commit
-/// failed and is disconnected, the server exits with status 1 instead of
-/// serving on, and the store reopens consistent without the write.
+/// past its first write-ahead step, which the server writes at start, and
+/// short of its second, as a full disk would) leaves the server's store
+/// handle unusable: the writing client is told the commit failed and is
+/// disconnected, the server exits with status 1 instead of serving on, and
+/// the store reopens consistent, as the last acknowledged write left it.
 #[test]
 fn a_failed_commit_answers_nothing_of_its_turn_and_stops_the_server() {
     let (_d, path) = temp_store();
@@ -1001,27 +1002,89 @@ fn a_failed_commit_answers_nothing_of_its_turn_and_stops_the_server() {
         assert_eq!(srv.term().code(), Some(0));
     }
     let size = std::fs::metadata(&path).expect("store").len();
+    // The first write-ahead step is 256 KiB and a page; the second doubles it.
     let srv = Server::start_with(
         &path,
         &["--durability", "immediate"],
-        Some(size + 64 * 1024),
+        Some(size.max(260 * 1024) + 64 * 1024),
     );
     let mut w = srv.client();
-    w.send(&[b"SADD", b"o:1:r:lost", b"after"]);
-    match w.read() {
-        Ok(R::Err(m)) => assert!(m.starts_with("ERR commit failed"), "{m}"),
-        other => panic!("expected the commit error, got {other:?}"),
+    // The same tag added and removed: the journal grows, the store does not.
+    let mut failed = None;
+    for i in 0..20_000u32 {
+        let cmd: &[u8] = if i % 2 == 0 { b"SADD" } else { b"SREM" };
+        w.send(&[
+            cmd,
+            b"o:1:r:churn",
+            b"a-member-long-enough-to-fill-the-journal-sooner",
+        ]);
+        match w.read() {
+            Ok(R::Int(1)) => {}
+            Ok(R::Err(m)) => {
+                assert!(m.starts_with("ERR commit failed"), "{m}");
+                failed = Some(i);
+                break;
+            }
+            other => panic!("request {i}: expected 1 or the commit error, got {other:?}"),
+        }
     }
+    let failed = failed.expect("the journal outgrew the file-size limit");
     assert!(w.closed(), "the writer's connection stays open");
     let status = srv.child_wait();
     assert_eq!(status.code(), Some(1), "{status:?}");
     let store = tagstore::Store::open(&path).expect("reopen");
     assert_eq!(store.find_subjects("kept", "r").count(), 1);
+    // The failed request's change is not there: an SADD failed, the tag is
+    // absent (the last acknowledged request removed it); an SREM, present.
     assert_eq!(
-        store.find_subjects("lost", "r").count(),
-        0,
-        "a lost write came back"
+        store.find_subjects("churn", "r").count(),
+        usize::from(failed % 2 == 1),
+        "request {failed} failed, yet its change (or a lost one) shows"
     );
+    assert!(store.check().expect("check").ok());
+    store.close().expect("close");
+}
+
+/// A journal that cannot be made (a file-size limit below its first
+/// write-ahead step) refuses `--durability immediate` at start, with the
+/// journal named, instead of failing the first write a client sends.
+#[test]
+fn a_journal_that_cannot_be_made_refuses_the_mode_at_start() {
+    let (_d, path) = temp_store();
+    {
+        let srv = Server::start(&path, &[]);
+        let mut c = srv.client();
+        assert_eq!(c.call(&["SADD", "o:1:r:kept", "before"]), R::Int(1));
+        assert_eq!(srv.term().code(), Some(0));
+    }
+    let size = std::fs::metadata(&path).expect("store").len();
+    assert!(size < 128 * 1024, "a small store: {size} bytes");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0", "--durability", "immediate"])
+        .stdin(Stdio::null());
+    common::edge::limit_file_size(&mut cmd, 128 * 1024);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagstore serve");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the server started serving without a journal");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(".journal"), "the journal is named: {err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("listening"));
+    let store = tagstore::Store::open(&path).expect("reopen");
+    assert_eq!(store.find_subjects("kept", "r").count(), 1);
     assert!(store.check().expect("check").ok());
     store.close().expect("close");
 }

@@ -36,6 +36,27 @@ pub fn encode(img: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// The length [`encode`] would append for `img`, without encoding it.
+pub fn encoded_len(img: &[u8]) -> usize {
+    let (words, tail) = img.as_chunks::<WORD>();
+    let nonzero = |w: &[u8; WORD]| u64::from_ne_bytes(*w) != 0;
+    let (mut len, mut i) = (0, 0);
+    while i < words.len() {
+        while i < words.len() && !nonzero(&words[i]) {
+            i += 1;
+        }
+        let lit = i;
+        while i < words.len() && nonzero(&words[i]) {
+            i += 1;
+        }
+        len += 4 + (i - lit) * WORD;
+    }
+    if !tail.is_empty() {
+        len += 4 + tail.len();
+    }
+    len
+}
+
 fn run(out: &mut Vec<u8>, zeros: usize, lit: &[u8]) {
     out.extend_from_slice(&(zeros as u16).to_le_bytes());
     out.extend_from_slice(&(lit.len() as u16).to_le_bytes());
@@ -80,6 +101,7 @@ mod tests {
             let mut enc = Vec::new();
             encode(&img, &mut enc);
             prop_assert!(enc.len() <= BLOCK_SIZE + 4 * (BLOCK_SIZE / WORD + 1));
+            prop_assert_eq!(encoded_len(&img), enc.len());
             prop_assert_eq!(decode(&enc), Some(img));
         }
 

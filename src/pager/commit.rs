@@ -4,8 +4,8 @@ use super::group::{Group, Staged, Syncer};
 use super::journal::Change;
 use super::Pager;
 use crate::error::{Error, Result};
-use crate::format::delta;
 use crate::format::superblock::PRIMARY_BASE;
+use crate::format::{delta, zero_runs};
 use crate::format::{BlockRef, BLOCK_SIZE};
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
@@ -76,6 +76,9 @@ pub(super) fn round_limit(file_len: u64) -> u64 {
 
 /// Images per commit of a checkpoint (at most 16 MiB before encoding).
 const CHECKPOINT_COMMIT_BLOCKS: usize = 4096;
+/// Bytes of operations and delta of one block in one stage past which the
+/// stage checks whether the block's zero-run image is smaller.
+const SPARSE_CHECK: usize = 1024;
 
 impl Pager {
     /// The durability mode.
@@ -90,6 +93,11 @@ impl Pager {
         }
         self.commit()?;
         self.checkpoint()?;
+        if durability != Durability::None && self.writable() {
+            // A journal that cannot be made refuses the mode now, not at
+            // the first write; and the first commit finds it ready.
+            self.group.prepare_journal()?;
+        }
         self.durability = durability;
         self.ahead_gen += 1;
         Ok(())
@@ -231,7 +239,8 @@ impl Pager {
 
     /// Queues the blocks written since their last stage as one stage:
     /// each as its slot operations, then the words that changed after
-    /// them, or whole where it needs an image.
+    /// them; or whole where it needs an image, or where its image is
+    /// smaller than those (a block of few tags written nearly whole).
     fn stage_pending(&mut self) -> Result<u64> {
         let mut blocks = Vec::with_capacity(self.pending.len());
         let pending: Vec<(u64, Pending)> = self.pending.drain().collect();
@@ -244,13 +253,26 @@ impl Pager {
                     self.imaged.insert(n);
                 }
                 blocks.push(Staged::Image(n, Box::from(&img[..])));
-            } else {
-                if !p.ops.is_empty() {
-                    blocks.push(Staged::Ops(n, std::mem::take(&mut p.ops)));
+                continue;
+            }
+            let ops = std::mem::take(&mut p.ops);
+            let delta = p.delta(img);
+            let written = ops.len() + delta.as_ref().map_or(0, Vec::len);
+            if written > SPARSE_CHECK && zero_runs::encoded_len(img) < written {
+                // Mostly zeros, and written nearly whole: a block a split
+                // emptied and began to refill is a few hundred bytes as an
+                // image, where its written lines are the whole 4 KB.
+                if n >= PRIMARY_BASE {
+                    self.imaged.insert(n);
                 }
-                if let Some(d) = p.delta(img) {
-                    blocks.push(Staged::Delta(n, d));
-                }
+                blocks.push(Staged::Image(n, Box::from(&img[..])));
+                continue;
+            }
+            if !ops.is_empty() {
+                blocks.push(Staged::Ops(n, ops));
+            }
+            if let Some(d) = delta {
+                blocks.push(Staged::Delta(n, d));
             }
         }
         Ok(self.group.stage(blocks))

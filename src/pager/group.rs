@@ -146,6 +146,11 @@ impl Group {
 
     /// Appends one commit of `changes` through `s` (opening the journal first).
     pub(super) fn append(&self, s: &mut Syncer, changes: Vec<Change<'_>>) -> Result<()> {
+        self.journal(s)?.append(changes.into_iter())
+    }
+
+    /// The journal through `s`, opened first if it is not yet.
+    fn journal<'s>(&self, s: &'s mut Syncer) -> Result<&'s mut Journal> {
         if s.journal.is_none() {
             // Open already replayed any pending journal; what is left is
             // stale (another store's, or one left before `create`): start over.
@@ -155,10 +160,16 @@ impl Group {
             }
             s.journal = Some(j);
         }
-        match s.journal.as_mut() {
-            Some(j) => j.append(changes.into_iter()),
-            None => Err(Error::corrupt("journal missing")),
-        }
+        s.journal
+            .as_mut()
+            .ok_or_else(|| Error::corrupt("journal missing"))
+    }
+
+    /// Opens the journal and writes its first zeros ahead now (a store
+    /// switching to a journaled mode), so the first commit pays for neither.
+    pub(super) fn prepare_journal(&self) -> Result<()> {
+        let mut s = self.lock_sync();
+        self.journal(&mut s)?.prepare()
     }
 
     /// The journal, held: no commit is in flight until the guard goes.

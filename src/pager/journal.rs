@@ -221,6 +221,7 @@ impl Journal {
 
     fn open_file(store: &Path, seed: u64, writable: bool) -> Result<Option<Journal>> {
         let path = journal_path(store);
+        let created = writable && !path.exists();
         let file = match OpenOptions::new()
             .read(true)
             .write(writable)
@@ -236,6 +237,10 @@ impl Journal {
             .metadata()
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?
             .len();
+        if created {
+            // The new name must survive a power cut with the commits in it.
+            crate::side::sync_dir(&path)?;
+        }
         let direct = if writable { Direct::open(&path) } else { None };
         Ok(Some(Journal {
             file,
@@ -411,6 +416,12 @@ impl Journal {
         self.pos = end;
         self.next_seq += 1;
         Ok(())
+    }
+
+    /// Writes the zeros the next commit will need ahead, if not yet there.
+    pub fn prepare(&mut self) -> Result<()> {
+        self.write_ahead(self.pos + 1)
+            .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 
     /// Writes `bytes` at `at` and makes them durable: directly where the
