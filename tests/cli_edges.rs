@@ -102,6 +102,30 @@ fn insert_file_failing_at_close_reports_what_it_applied() {
     ok(run(&["check", p]));
 }
 
+/// Case: `insert --durability immediate` where the journal cannot be made
+/// (a file-size limit below its first 256 KB written ahead, as a full disk
+/// would refuse it): exit 1 naming the journal, before any change.
+#[test]
+fn a_journal_that_cannot_be_made_refuses_the_insert() {
+    let (_dir, st) = small_store("nojournal.tags");
+    let p = s(&st);
+    ok(run(&["insert", p, "t0", "isa", "thing0"]));
+    let size = std::fs::metadata(&st).expect("stat").len();
+    assert!(size < 200 * 1024, "a small store: {size} bytes");
+    let args = [
+        "insert",
+        p,
+        "t1",
+        "isa",
+        "thing1",
+        "--durability",
+        "immediate",
+    ];
+    fails(&run_size_limited(&args, 200 * 1024), &[".journal"]);
+    assert_eq!(export_lines(&st), ["t0\tisa\tthing0"]);
+    ok(run(&["check", p]));
+}
+
 /// Case: a bad line in the middle of a delete file (the library applies the
 /// deletes before it in one batch): the error counts exactly those.
 #[test]
