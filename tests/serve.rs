@@ -364,6 +364,16 @@ fn both_key_forms_name_one_tag() {
     // A SADD of several members counts those added.
     assert_eq!(c.call(&["SADD", "o:5:photo:p1", "a", "b", "a"]), R::Int(2));
     assert_eq!(c.call(&["SREM", "o:5:photo:p1", "a", "zz"]), R::Int(1));
+    // Command names in any case; one longer than every command is unknown.
+    assert_eq!(
+        c.call(&["SMisMember", "o:5:photo:p1", "b", "a"]),
+        R::Arr(vec![R::Int(1), R::Int(0)])
+    );
+    match c.call(&["SMISMEMBERS", "o:5:photo:p1", "b"]) {
+        R::Err(m) => assert!(m.starts_with("ERR unknown command 'SMISMEMBERS'"), "{m}"),
+        other => panic!("expected unknown command, got {other:?}"),
+    }
+    assert_eq!(c.call(&["PING"]), R::Simple("PONG".into()));
 }
 
 #[test]

@@ -5,7 +5,10 @@ use super::keys::{self, Change, Key};
 use super::resp;
 use super::scan;
 use super::sscan;
-use tagstore::Store;
+use tagstore::{Store, Tag};
+
+/// Bytes of the longest command name (`SMISMEMBER`).
+const NAME_MAX: usize = 10;
 
 /// What a connection needs to run commands.
 pub struct Context<'a> {
@@ -42,9 +45,19 @@ pub fn execute(
         return effect;
     };
     let raw_name = name;
-    let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+    // Lowercased on the stack (no allocation per request); a name longer
+    // than any command, or not ASCII, is unknown.
+    let mut buf = [0u8; NAME_MAX];
+    let name = match buf.get_mut(..raw_name.len()) {
+        Some(b) if raw_name.is_ascii() => {
+            b.copy_from_slice(raw_name);
+            b.make_ascii_lowercase();
+            std::str::from_utf8(b).unwrap_or("")
+        }
+        _ => "",
+    };
     // Commands that need no AUTH.
-    match name.as_str() {
+    match name {
         "auth" => {
             auth(ctx, session, rest, out);
             return effect;
@@ -60,7 +73,7 @@ pub fn execute(
         resp::error(out, "NOAUTH Authentication required.");
         return effect;
     }
-    let arity_ok = match name.as_str() {
+    let arity_ok = match name {
         "ping" => rest.len() <= 1,
         "command" => true,
         "scan" => !rest.is_empty(),
@@ -79,7 +92,7 @@ pub fn execute(
         );
         return effect;
     }
-    match name.as_str() {
+    match name {
         "ping" => match rest.first() {
             None => resp::simple(out, "PONG"),
             Some(m) => resp::bulk(out, m),
@@ -92,8 +105,8 @@ pub fn execute(
             }
         }
         _ => {
-            effect.wrote = matches!(name.as_str(), "sadd" | "srem");
-            if let Err(e) = set_command(ctx.store, &name, rest, out) {
+            effect.wrote = matches!(name, "sadd" | "srem");
+            if let Err(e) = set_command(ctx.store, name, rest, out) {
                 resp::error(out, &format!("ERR {e}"));
             }
         }
@@ -147,22 +160,20 @@ fn set_command(
             } else {
                 Change::Remove
             };
+            let tags: Vec<Tag> = members.iter().map(|m| keys::tag(&key, m)).collect();
             if change == Change::Add {
                 // Refuse an oversized tag before writing any member.
-                for m in &members {
-                    let t = keys::tag(&key, m);
-                    if t.encoded_len() > tagstore::SLOT_SIZE {
-                        return Err(tagstore::Error::TagTooLarge {
-                            needed: t.encoded_len(),
-                            limit: tagstore::SLOT_SIZE,
-                        }
-                        .into());
+                if let Some(t) = tags.iter().find(|t| t.encoded_len() > tagstore::SLOT_SIZE) {
+                    return Err(tagstore::Error::TagTooLarge {
+                        needed: t.encoded_len(),
+                        limit: tagstore::SLOT_SIZE,
                     }
+                    .into());
                 }
             }
             let mut n = 0;
-            for m in members {
-                n += i64::from(keys::apply(store, &key, m, change)?);
+            for t in &tags {
+                n += i64::from(keys::apply(store, key.half, t, change)?);
             }
             resp::int(out, n);
         }

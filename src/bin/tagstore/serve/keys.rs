@@ -114,17 +114,17 @@ pub enum Change {
     Remove,
 }
 
-/// Applies `SADD`/`SREM` of one member: true when the set changed.
+/// Applies `SADD`/`SREM` of one member's tag `t` to a key of half `half`:
+/// true when the set changed.
 ///
 /// The one place a key becomes a store write: in a half-only store (`serve
 /// --half-only`) the key's half alone, else both halves of the tag.
-pub fn apply(store: &Store, key: &Key, member: &str, change: Change) -> tagstore::Result<bool> {
-    let t = tag(key, member);
+pub fn apply(store: &Store, half: Half, t: &Tag, change: Change) -> tagstore::Result<bool> {
     match (change, store.is_half_only()) {
-        (Change::Add, true) => store.insert_half(key.half, &t),
-        (Change::Remove, true) => store.delete_half(key.half, &t),
-        (Change::Add, false) => store.insert(&t),
-        (Change::Remove, false) => store.delete(&t),
+        (Change::Add, true) => store.insert_half(half, t),
+        (Change::Remove, true) => store.delete_half(half, t),
+        (Change::Add, false) => store.insert(t),
+        (Change::Remove, false) => store.delete(t),
     }
 }
 
