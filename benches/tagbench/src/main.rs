@@ -1077,6 +1077,12 @@ fn compare(args: &Args) -> Result<()> {
         single_lat.iter().map(|l| l.p50_us).collect(),
     );
     row(
+        "individually durable insert p99",
+        "µs",
+        Some(false),
+        single_lat.iter().map(|l| l.p99_us).collect(),
+    );
+    row(
         &format!(
             "{} batches of {} durable",
             int(args.durable_batches),
