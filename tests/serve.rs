@@ -996,6 +996,20 @@ fn a_request_sent_in_pieces_does_not_hold_up_other_clients() {
     );
 }
 
+/// A store holding `<kept, r, before>`, written through a server that
+/// stopped cleanly; its path and size.
+fn store_with_one_tag() -> (tempfile::TempDir, PathBuf, u64) {
+    let (d, path) = temp_store();
+    {
+        let srv = Server::start(&path, &[]);
+        let mut c = srv.client();
+        assert_eq!(c.call(&["SADD", "o:1:r:kept", "before"]), R::Int(1));
+        assert_eq!(srv.term().code(), Some(0));
+    }
+    let size = std::fs::metadata(&path).expect("store").len();
+    (d, path, size)
+}
+
 /// A commit that fails (here the journal cannot grow: a file-size limit
 /// past its first write-ahead step, which the server writes at start, and
 /// short of its second, as a full disk would) leaves the server's store
@@ -1004,14 +1018,7 @@ fn a_request_sent_in_pieces_does_not_hold_up_other_clients() {
 /// the store reopens consistent, as the last acknowledged write left it.
 #[test]
 fn a_failed_commit_answers_nothing_of_its_turn_and_stops_the_server() {
-    let (_d, path) = temp_store();
-    {
-        let srv = Server::start(&path, &[]);
-        let mut c = srv.client();
-        assert_eq!(c.call(&["SADD", "o:1:r:kept", "before"]), R::Int(1));
-        assert_eq!(srv.term().code(), Some(0));
-    }
-    let size = std::fs::metadata(&path).expect("store").len();
+    let (_d, path, size) = store_with_one_tag();
     // The first write-ahead step is 256 KiB and a page; the second doubles it.
     let srv = Server::start_with(
         &path,
@@ -1060,14 +1067,7 @@ fn a_failed_commit_answers_nothing_of_its_turn_and_stops_the_server() {
 /// journal named, instead of failing the first write a client sends.
 #[test]
 fn a_journal_that_cannot_be_made_refuses_the_mode_at_start() {
-    let (_d, path) = temp_store();
-    {
-        let srv = Server::start(&path, &[]);
-        let mut c = srv.client();
-        assert_eq!(c.call(&["SADD", "o:1:r:kept", "before"]), R::Int(1));
-        assert_eq!(srv.term().code(), Some(0));
-    }
-    let size = std::fs::metadata(&path).expect("store").len();
+    let (_d, path, size) = store_with_one_tag();
     assert!(size < 128 * 1024, "a small store: {size} bytes");
     let mut cmd = Command::new(BIN);
     cmd.arg("serve")
