@@ -238,8 +238,13 @@ impl Journal {
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?
             .len();
         if created {
-            // The new name must survive a power cut with the commits in it.
-            crate::side::sync_dir(&path)?;
+            // The new name must survive a power cut with the commits in it;
+            // if it cannot be made to, the file goes, so a retry creates
+            // (and syncs) it again.
+            if let Err(e) = crate::side::sync_dir(&path) {
+                let _ = std::fs::remove_file(&path);
+                return Err(e);
+            }
         }
         let direct = if writable { Direct::open(&path) } else { None };
         Ok(Some(Journal {
@@ -420,7 +425,13 @@ impl Journal {
 
     /// Writes the zeros the next commit will need ahead, if not yet there.
     pub fn prepare(&mut self) -> Result<()> {
+        let before = self.written;
         self.write_ahead(self.pos + 1)
+            .and_then(|()| match self.direct.is_none() && self.written > before {
+                // Buffered zeros: flushed now, not by the first commit's fdatasync.
+                true => self.file.sync_data(),
+                false => Ok(()),
+            })
             .map_err(|e| Error::io(format!("writing {}", self.path.display()), e))
     }
 
