@@ -248,31 +248,31 @@ impl Pager {
             let Some(img) = self.overlay.get(&n) else {
                 continue;
             };
-            if self.needs_image(n) {
-                if n >= PRIMARY_BASE {
-                    self.imaged.insert(n);
-                }
-                blocks.push(Staged::Image(n, Box::from(&img[..])));
-                continue;
-            }
-            let ops = std::mem::take(&mut p.ops);
-            let delta = p.delta(img);
-            let written = ops.len() + delta.as_ref().map_or(0, Vec::len);
-            if written > SPARSE_CHECK && zero_runs::encoded_len(img) < written {
+            let image = if self.needs_image(n) {
+                true
+            } else {
+                let ops = std::mem::take(&mut p.ops);
+                let delta = p.delta(img);
+                let written = ops.len() + delta.as_ref().map_or(0, Vec::len);
                 // Mostly zeros, and written nearly whole: a block a split
                 // emptied and began to refill is a few hundred bytes as an
                 // image, where its written lines are the whole 4 KB.
+                let sparse = written > SPARSE_CHECK && zero_runs::encoded_len(img) < written;
+                if !sparse {
+                    if !ops.is_empty() {
+                        blocks.push(Staged::Ops(n, ops));
+                    }
+                    if let Some(d) = delta {
+                        blocks.push(Staged::Delta(n, d));
+                    }
+                }
+                sparse
+            };
+            if image {
                 if n >= PRIMARY_BASE {
                     self.imaged.insert(n);
                 }
                 blocks.push(Staged::Image(n, Box::from(&img[..])));
-                continue;
-            }
-            if !ops.is_empty() {
-                blocks.push(Staged::Ops(n, ops));
-            }
-            if let Some(d) = delta {
-                blocks.push(Staged::Delta(n, d));
             }
         }
         Ok(self.group.stage(blocks))

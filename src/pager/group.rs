@@ -151,18 +151,19 @@ impl Group {
 
     /// The journal through `s`, opened first if it is not yet.
     fn journal<'s>(&self, s: &'s mut Syncer) -> Result<&'s mut Journal> {
-        if s.journal.is_none() {
-            // Open already replayed any pending journal; what is left is
-            // stale (another store's, or one left before `create`): start over.
-            let mut j = Journal::open(&self.store_path, self.seed)?;
-            if starts_with_commit(&journal_path(&self.store_path)) {
-                j.reset()?;
+        let j = match s.journal.take() {
+            Some(j) => j,
+            None => {
+                // Open already replayed any pending journal; what is left is
+                // stale (another store's, or one left before `create`): start over.
+                let mut j = Journal::open(&self.store_path, self.seed)?;
+                if starts_with_commit(&journal_path(&self.store_path)) {
+                    j.reset()?;
+                }
+                j
             }
-            s.journal = Some(j);
-        }
-        s.journal
-            .as_mut()
-            .ok_or_else(|| Error::corrupt("journal missing"))
+        };
+        Ok(s.journal.insert(j))
     }
 
     /// Opens the journal and writes its first zeros ahead now (a store
