@@ -475,6 +475,12 @@ impl Store {
         self.lock().pager.set_bulk_flush_blocks(flush_blocks);
     }
 
+    /// Long chains (both halves) that have a tag map (tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn tag_maps(&self) -> usize {
+        self.read().index.accel.tag_maps()
+    }
+
     /// Sets the most tags a bulk round holds (4,194,304), so tests split
     /// small batches into rounds.
     #[cfg(feature = "test-hooks")]
