@@ -65,6 +65,32 @@ pub trait Engine {
     fn find_subjects(&mut self, object: &str, rel: &str, f: Visit<'_>) -> Result<()>;
     /// FIND <*, rel, subject>: calls `f` with each object.
     fn find_objects(&mut self, subject: &str, rel: &str, f: Visit<'_>) -> Result<()>;
+    /// FIND whose results the caller keeps: each one appended to `out` as
+    /// an owned `String`. By default the visitor FIND, each result copied
+    /// (and checked as UTF-8); tagstore uses its iterator API, which hands
+    /// out `String`s.
+    fn find_owned(
+        &mut self,
+        key: &str,
+        rel: &str,
+        by_object: bool,
+        out: &mut Vec<String>,
+    ) -> Result<()> {
+        let mut bad = false;
+        let mut f = |b: &[u8]| match std::str::from_utf8(b) {
+            Ok(s) => out.push(s.to_owned()),
+            Err(_) => bad = true,
+        };
+        if by_object {
+            self.find_subjects(key, rel, &mut f)?;
+        } else {
+            self.find_objects(key, rel, &mut f)?;
+        }
+        if bad {
+            bail!("{}: a FIND result is not UTF-8", self.name());
+        }
+        Ok(())
+    }
     /// A second read handle for FINDs on another thread.
     fn reader(&mut self) -> Result<Box<dyn Finder>>;
     /// One atomic insert into both indexes; false if present.
@@ -217,6 +243,22 @@ impl Engine for Tagstore {
     }
     fn find_objects(&mut self, subject: &str, rel: &str, f: Visit<'_>) -> Result<()> {
         tagstore_find(&self.store, false, subject, rel, f)
+    }
+    fn find_owned(
+        &mut self,
+        key: &str,
+        rel: &str,
+        by_object: bool,
+        out: &mut Vec<String>,
+    ) -> Result<()> {
+        let found = match by_object {
+            true => self.store.find_subjects(key, rel),
+            false => self.store.find_objects(key, rel),
+        };
+        for r in found {
+            out.push(r?);
+        }
+        Ok(())
     }
     fn reader(&mut self) -> Result<Box<dyn Finder>> {
         Ok(Box::new(TagstoreReader(self.store.clone())))

@@ -704,6 +704,50 @@ fn compare(args: &Args) -> Result<()> {
     );
     detail.push(serde_json::json!({"phase": "find_by_subject_zipf", "lat": subj_lats}));
 
+    // The same Zipf FINDs, and FINDs by object, with every result kept as
+    // an owned `String` (tagstore: its iterator API; the peers: the visitor,
+    // each result copied), as a caller that collects the results would run.
+    for (what, qs, by_object) in [
+        ("FIND by object, results as owned Strings", &obj_q, true),
+        (
+            "FIND by subject (Zipf), results as owned Strings",
+            &subj_q,
+            false,
+        ),
+    ] {
+        let mut took = vec![Duration::ZERO; ne];
+        let mut got = vec![0u64; ne];
+        let mut out: Vec<String> = Vec::new();
+        b.rounds(qs.len(), 1_000, |i, e, r| {
+            let t = Instant::now();
+            for (k, rel) in &qs[r] {
+                out.clear();
+                e.find_owned(k, rel, by_object, &mut out)?;
+                got[i] += out.len() as u64;
+            }
+            took[i] += t.elapsed();
+            Ok(())
+        })?;
+        check_same(what, &names, &got);
+        let unit = if by_object { "FINDs/s" } else { "tags/s" };
+        row(
+            &format!("{what}{}", if by_object { "" } else { ", delivered" }),
+            unit,
+            Some(true),
+            took.iter()
+                .zip(&got)
+                .map(|(d, n)| {
+                    let count = if by_object {
+                        qs.len() as f64
+                    } else {
+                        *n as f64
+                    };
+                    count / d.as_secs_f64().max(1e-9)
+                })
+                .collect(),
+        );
+    }
+
     // FIND by subject of every distinct (relationship, subject) key once,
     // in a shuffled order: the small keys weigh as much as the peaks.
     let every = ds.every_subject_key(args.seed ^ 0xE7E7);
