@@ -64,11 +64,12 @@ pub struct ChainIndex {
 }
 
 /// Searches of an indexed chain's block headers before the next one builds
-/// its tag map. Building reads and hashes every slot of the chain (9 ms for
-/// a 160,000-tag npm peak), a header search about a 25th of that or less
-/// (23-84 µs there): building on the first search stalled one DELETE per
-/// long chain, and built maps for chains that saw a single DELETE. After
-/// this many searches the chain has cost about as much as a build.
+/// its tag map. Building reads and hashes every slot of the chain (9-10 ms
+/// for a 160,000-tag npm peak), where a header search took 23-84 µs there
+/// (210 µs with cold headers): building on the first search stalled the
+/// first DELETE of every long chain, and built maps for chains that saw a
+/// single DELETE. A chain searched this often is likely to be searched
+/// again, and then the map pays for itself.
 pub const TAG_MAP_AFTER: u32 = 16;
 
 /// A tag map value: more than one tag has these hash bits; search the chain.
@@ -331,8 +332,7 @@ impl Accel {
                 }
             }
         }
-        // Sized once for the chain's tags (grown step by step, rehashing
-        // was a fifth of the build).
+        // Sized once for the chain's tags, not grown step by step.
         let tags: u64 = t.chain(g).map(|(_, e)| u64::from(e.used)).sum();
         let mut m: HashMap<u32, u64> = HashMap::with_capacity(tags.min(1 << 26) as usize);
         for_each_secondary_slot(self, g, t, geo, pager, |s, i, blk, k| {
