@@ -171,7 +171,9 @@ pub struct Find<'s> {
 impl<'s> Find<'s> {
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
         let reading = Reading::new(store);
-        let (mut bytes, mut ends) = VISIT_BUFS.take().unwrap_or_default();
+        // (`try_with`: never a panic, even from a thread's last destructors.)
+        let bufs = VISIT_BUFS.try_with(std::cell::Cell::take).ok().flatten();
+        let (mut bytes, mut ends) = bufs.unwrap_or_default();
         bytes.clear();
         ends.clear();
         Find {
@@ -252,7 +254,7 @@ impl Drop for Find<'_> {
             std::mem::take(&mut self.text).into_bytes(),
             std::mem::take(&mut self.ends),
         );
-        VISIT_BUFS.set(Some(bufs));
+        let _ = VISIT_BUFS.try_with(|c| c.set(Some(bufs)));
     }
 }
 
