@@ -20,6 +20,21 @@ thread_local! {
         const { std::cell::Cell::new(None) };
 }
 
+/// This thread's FIND buffers, if no FIND holds them (`try_with`: never a
+/// panic, even from a thread's last destructors).
+fn take_bufs() -> (Vec<u8>, Vec<usize>) {
+    VISIT_BUFS
+        .try_with(std::cell::Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Gives FIND buffers back to the thread, for its next FIND.
+fn give_bufs(bufs: (Vec<u8>, Vec<usize>)) {
+    let _ = VISIT_BUFS.try_with(|c| c.set(Some(bufs)));
+}
+
 /// Blocks read per lock acquisition.
 const BLOCKS_PER_STEP: usize = 16;
 /// Blocks whose matching slots are fetched together (a primary bucket).
@@ -51,13 +66,17 @@ impl Search {
         }
     }
 
-    /// Reads up to `most` blocks, passing each result to `out`.
+    /// Reads up to `most` blocks into `text` (emptied first), their results
+    /// concatenated, with where each ends in `ends`.
     fn step(
         &mut self,
         st: &State,
         most: usize,
-        mut out: impl FnMut(&[u8], std::ops::Range<usize>, u64, usize) -> Result<()>,
+        text: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
     ) -> Result<()> {
+        text.clear();
+        ends.clear();
         // Blocks are taken in groups: every matching slot of a group is
         // asked for before the first is compared, so the slot misses of a
         // bucket's blocks overlap instead of following one another.
@@ -87,13 +106,14 @@ impl Search {
             if n == 0 {
                 return Ok(());
             }
-            for &(b, blk, mut m) in &blocks[..n] {
+            for &(_, blk, mut m) in &blocks[..n] {
                 while m != 0 {
                     let i = m.trailing_zeros() as usize;
                     m &= m - 1;
                     let slot = blk.slot(i);
                     if let Some(field) = self.key.other(slot) {
-                        out(slot, field, b, i)?;
+                        copy_field(text, slot, field);
+                        ends.push(text.len());
                     }
                 }
             }
@@ -171,9 +191,7 @@ pub struct Find<'s> {
 impl<'s> Find<'s> {
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
         let reading = Reading::new(store);
-        // (`try_with`: never a panic, even from a thread's last destructors.)
-        let bufs = VISIT_BUFS.try_with(std::cell::Cell::take).ok().flatten();
-        let (mut bytes, mut ends) = bufs.unwrap_or_default();
+        let (mut bytes, mut ends) = take_bufs();
         bytes.clear();
         ends.clear();
         Find {
@@ -191,8 +209,6 @@ impl<'s> Find<'s> {
 
     fn fill(&mut self, st: &State) -> Result<()> {
         let mut text = std::mem::take(&mut self.text).into_bytes();
-        text.clear();
-        self.ends.clear();
         (self.taken, self.start) = (0, 0);
         let most = if self.steps == 0 {
             GROUP
@@ -200,12 +216,7 @@ impl<'s> Find<'s> {
             BLOCKS_PER_STEP
         };
         self.steps = self.steps.saturating_add(1);
-        let ends = &mut self.ends;
-        let r = self.search.step(st, most, |slot, field, _, _| {
-            copy_field(&mut text, slot, field);
-            ends.push(text.len());
-            Ok(())
-        });
+        let r = self.search.step(st, most, &mut text, &mut self.ends);
         match String::from_utf8(text) {
             Ok(t) => self.text = t,
             Err(_) => {
@@ -250,11 +261,10 @@ impl Iterator for Find<'_> {
 
 impl Drop for Find<'_> {
     fn drop(&mut self) {
-        let bufs = (
+        give_bufs((
             std::mem::take(&mut self.text).into_bytes(),
             std::mem::take(&mut self.ends),
-        );
-        let _ = VISIT_BUFS.try_with(|c| c.set(Some(bufs)));
+        ));
     }
 }
 
@@ -368,9 +378,9 @@ impl Store {
         let mut s = Search::new(self, half, relationship, name);
         // Results of one step, concatenated, and where each ends. The
         // buffers are kept per thread (a nested FIND from `f` makes its own).
-        let (mut text, mut ends) = VISIT_BUFS.take().unwrap_or_default();
+        let (mut text, mut ends) = take_bufs();
         let r = self.visit_with(&mut s, &mut text, &mut ends, &mut f);
-        VISIT_BUFS.set(Some((text, ends)));
+        give_bufs((text, ends));
         r
     }
 
@@ -383,16 +393,7 @@ impl Store {
     ) -> Result<u64> {
         let mut n = 0u64;
         while !s.walk.done() {
-            text.clear();
-            ends.clear();
-            {
-                let st = self.read();
-                s.step(&st, BLOCKS_PER_STEP, |slot, field, _, _| {
-                    copy_field(text, slot, field);
-                    ends.push(text.len());
-                    Ok(())
-                })?;
-            }
+            s.step(&self.read(), BLOCKS_PER_STEP, text, ends)?;
             // One UTF-8 check for the whole step instead of one per result
             // (a tenth of a large FIND); every result must then also start
             // and end on a character boundary to be valid on its own.
