@@ -59,7 +59,7 @@ pub use pager::{journal_path, Durability};
 #[cfg(feature = "test-hooks")]
 pub mod testing {
     pub use crate::admin::planned_geometry;
-    pub use crate::counts::hold_counts_folds;
+    pub use crate::counts::{hold_counts_folds, hold_counts_merges};
     pub use crate::format::hash::{bucket_of, key_fp, key_hash, place, tag_fp, Place};
     pub use crate::format::tag::{decode, encode};
     pub use crate::format::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};

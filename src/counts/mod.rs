@@ -32,6 +32,25 @@ use crate::error::Result;
 use crate::format::Tag;
 use std::path::Path;
 
+/// While set, a bulk call's counts merge thread waits before it starts
+/// (tests: the next user of the counts must finish the merge itself).
+#[cfg(feature = "test-hooks")]
+static HOLD_MERGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes bulk calls' background counts merges wait before they start, or lets them go (tests).
+#[cfg(feature = "test-hooks")]
+pub fn hold_counts_merges(hold: bool) {
+    HOLD_MERGES.store(hold, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Waits while [`hold_counts_merges`] holds background merges (tests).
+pub fn wait_if_merges_held() {
+    #[cfg(feature = "test-hooks")]
+    while HOLD_MERGES.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Distinct pending keys past which a handle merges its own increment.
 pub const AUTO_MERGE_KEYS: usize = 100_000;
 
@@ -100,6 +119,10 @@ pub struct Loaded {
     pub file: Option<CountsFile>,
     /// Increments queued before a merge.
     pub threshold: usize,
+    /// A handle's own merge taken from its pending changes but not yet
+    /// applied (a bulk call's, finished on another thread or by the next
+    /// user of the counts).
+    pub parked: Option<(IncrementId, SharedDeltas)>,
 }
 
 impl Loaded {
@@ -111,6 +134,15 @@ impl Loaded {
         let out = self.counts.merge_queue(file, own_writer)?;
         file.fold_if_grown(store, &self.counts)?;
         Ok(out)
+    }
+
+    /// Applies the parked own merge, if one waits. If it fails, its changes
+    /// stay queued for the next merge (see [`Loaded::merge_own`]).
+    pub fn complete_parked(&mut self, store: &Path, own_writer: u64) -> Result<()> {
+        match self.parked.take() {
+            Some((id, deltas)) => self.merge_own(store, own_writer, id, deltas).map(|_| ()),
+            None => Ok(()),
+        }
     }
 
     /// Waits for a background fold of the file, if one runs, and swaps it

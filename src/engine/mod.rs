@@ -44,7 +44,9 @@ use std::time::Duration;
 pub struct Store {
     state: RwLock<State>,
     /// Merged counts and the cloud, loaded on first use.
-    counts: Mutex<Option<Loaded>>,
+    counts: Arc<Mutex<Option<Loaded>>>,
+    /// Threads applying bulk calls' own counts merges (joined at drop).
+    merger: Mutex<Vec<std::thread::JoinHandle<()>>>,
     /// This handle's writer id for increments (random per open).
     writer_id: u64,
     /// FINDs and exports in progress (shared with the state's split check).
@@ -75,7 +77,8 @@ impl Store {
         let group = state.pager.group();
         Ok(Store {
             state: RwLock::new(state),
-            counts: Mutex::new(None),
+            counts: Arc::new(Mutex::new(None)),
+            merger: Mutex::new(Vec::new()),
             writer_id: random_u64()?,
             readers,
             group,
@@ -516,6 +519,7 @@ impl Drop for Reading<'_> {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        self.join_mergers();
         let closed = self.read().closed;
         if !closed {
             let _ = self.finish_counts();
@@ -523,12 +527,7 @@ impl Drop for Store {
         // A background fold of the counts (its thread and its temporary)
         // ends before the store's lock is let go: the next writable open
         // must not find it running and take it for a stale temporary.
-        drop(
-            self.counts
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        drop(self.counts.lock().unwrap_or_else(|p| p.into_inner()).take());
         let g = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         // Best effort: errors here cannot be reported; the next open rebuilds.
         let _ = g.close();

@@ -313,7 +313,7 @@ impl Store {
                 let merge = st.feed.wants_merge();
                 drop(st);
                 if merge {
-                    self.merge_own_counts()?;
+                    self.merge_own_counts_later()?;
                 }
             }
             Ok(())
