@@ -87,19 +87,8 @@ impl Feed {
     /// Records `d` tags of (relationship, subject) inserted (or deleted, `d` < 0).
     #[inline]
     pub fn change_key(&mut self, relationship: &str, subject: &str, d: i64) {
-        self.record(relationship, subject, d, false);
-    }
-
-    /// [`Feed::change_key`] for a key of a bulk batch (likely not pending yet).
-    #[inline]
-    pub fn change_new_key(&mut self, relationship: &str, subject: &str, d: i64) {
-        self.record(relationship, subject, d, true);
-    }
-
-    #[inline]
-    fn record(&mut self, relationship: &str, subject: &str, d: i64, likely_new: bool) {
         if self.counting {
-            self.pending.add(relationship, subject, d, likely_new);
+            self.pending.add(relationship, subject, d);
         } else {
             self.stale = true;
         }

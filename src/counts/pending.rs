@@ -51,36 +51,18 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// Makes room for `n` more keys of `relationship` (a bulk batch's),
-    /// so its map grows once.
-    pub fn reserve(&mut self, relationship: &str, n: usize) {
-        match self.deltas.get_mut(relationship) {
-            Some(m) => m.reserve(n),
-            None => {
-                let mut m = foldhash::HashMap::default();
-                m.reserve(n);
-                self.deltas.insert(relationship.into(), m);
-            }
-        }
-    }
-
     /// Records +1 (insert) or -1 (delete) for (relationship, subject) in
-    /// both channels. `likely_new`: the key is most likely not pending yet
-    /// (a bulk batch's), so one lookup that inserts, where a lookup first
-    /// would miss and then look again.
-    pub fn add(&mut self, relationship: &str, subject: &str, d: i64, likely_new: bool) {
+    /// both channels.
+    pub fn add(&mut self, relationship: &str, subject: &str, d: i64) {
         self.net[0] += d;
         self.net[1] += d;
         let m = match self.deltas.get_mut(relationship) {
             Some(m) => m,
             None => self.deltas.entry(relationship.into()).or_default(),
         };
-        let e = match likely_new {
-            true => m.entry(subject.into()).or_default(),
-            false => match m.get_mut(subject) {
-                Some(e) => e,
-                None => m.entry(subject.into()).or_default(),
-            },
+        let e = match m.get_mut(subject) {
+            Some(e) => e,
+            None => m.entry(subject.into()).or_default(),
         };
         for c in 0..2 {
             e.bump(c, d, &mut self.keys);

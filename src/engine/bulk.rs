@@ -11,6 +11,7 @@
 //! A batch interrupted by a crash leaves a subset of its tags, each whole.
 
 use super::state::State;
+use crate::counts::Pending;
 use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::tag::{decode, encode, subject_key, used_prefix, SLOT_SIZE};
@@ -39,68 +40,8 @@ pub(super) struct BulkPlan {
     /// The caller guarantees the tags distinct and absent (maintenance's
     /// copy): no duplicate check.
     pub(super) known_absent: bool,
-    /// The tags the batch changed, by (relationship, subject): the
-    /// counters' changes, one per key instead of one per tag.
-    pub(super) by_key: KeyRuns,
     /// No later round of the same batch follows (`pager::EarlyWriteback`).
     pub(super) last_round: bool,
-}
-
-/// Keys and how many tags each, their bytes copied one after another (read
-/// back in sequence: looking each up in the batch by position was a cache
-/// miss per key, and slower than one change per tag).
-#[derive(Default)]
-pub(super) struct KeyRuns {
-    text: Vec<u8>,
-    /// Per key: where the relationship ends and the subject ends in `text`,
-    /// and how many tags.
-    runs: Vec<(u32, u32, u32)>,
-}
-
-impl KeyRuns {
-    fn clear(&mut self) {
-        self.text.clear();
-        self.runs.clear();
-    }
-
-    /// One more tag of key `(rel_len, bytes)`; `same`: the previous tag's key.
-    fn push(&mut self, (rel_len, bytes): (u8, &[u8]), same: bool) {
-        match self.runs.last_mut() {
-            Some((_, _, n)) if same => *n += 1,
-            _ => {
-                let at = self.text.len();
-                self.text.extend_from_slice(bytes);
-                let rel_end = (at + rel_len as usize) as u32;
-                self.runs.push((rel_end, self.text.len() as u32, 1));
-            }
-        }
-    }
-
-    /// How many keys each relationship has (its bytes, then the count).
-    pub(super) fn keys_per_relationship(&self) -> foldhash::HashMap<&[u8], usize> {
-        let mut out = foldhash::HashMap::default();
-        let mut at = 0usize;
-        for &(r, e, _) in &self.runs {
-            *out.entry(&self.text[at..r as usize]).or_default() += 1;
-            at = e as usize;
-        }
-        out
-    }
-
-    /// Each key's relationship, subject and tag count.
-    pub(super) fn iter(&self) -> impl Iterator<Item = Result<(&str, &str, u32)>> + '_ {
-        let mut at = 0usize;
-        self.runs.iter().map(move |&(r, e, n)| {
-            let (r, e) = (r as usize, e as usize);
-            let rel = std::str::from_utf8(&self.text[at..r]);
-            let sub = std::str::from_utf8(&self.text[r..e]);
-            at = e;
-            match (rel, sub) {
-                (Ok(rel), Ok(sub)) => Ok((rel, sub, n)),
-                _ => Err(Error::corrupt("a bulk batch's key is not UTF-8")),
-            }
-        })
-    }
 }
 
 /// Encoded slots cut to their used bytes and laid one after another:
@@ -181,19 +122,26 @@ impl State {
             slots,
             tags,
             known_absent: false,
-            by_key: KeyRuns::default(),
             last_round: true,
         })
     }
 
     /// Inserts (or deletes) the planned tags (mapped mode, a whole store):
     /// the object halves in bucket order, then the subject halves of the
-    /// tags whose object half changed. Returns how many tags changed
-    /// (`BulkPlan::by_key` counts them by key).
-    pub(super) fn bulk_apply(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
+    /// tags whose object half changed. Returns how many tags changed.
+    /// With `count` (and counting on), feeds the counters every change.
+    pub(super) fn bulk_apply(
+        &mut self,
+        plan: &mut BulkPlan,
+        insert: bool,
+        count: bool,
+    ) -> Result<u64> {
         self.pager.write_intent(&bulk_intent())?;
         self.pager.begin_bulk(plan.last_round);
-        let r = self.bulk_passes(plan, insert);
+        let r = match count && self.feed.counting {
+            true => self.bulk_passes_counted(plan, insert),
+            false => self.bulk_passes(&mut plan.tags, &plan.slots, plan.known_absent, insert),
+        };
         let r = r.and_then(|n| self.pager.end_bulk().map(|_| n));
         let n = match r {
             Ok(n) => n,
@@ -211,15 +159,69 @@ impl State {
         Ok(n)
     }
 
-    fn bulk_passes(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
+    /// [`State::bulk_passes`] with the counters fed on another thread: it
+    /// counts every planned tag while the passes run (a sixth of a 0.5 M-tag
+    /// npm load was these map updates), then the tags the passes left
+    /// unchanged (absent, present, or a repeat in the batch) are counted
+    /// back. If anything fails, the counts are left to a rebuild.
+    fn bulk_passes_counted(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
+        let d = if insert { 1 } else { -1 };
+        let pending = std::mem::take(&mut self.feed.pending);
+        let BulkPlan {
+            slots,
+            tags,
+            known_absent,
+            ..
+        } = plan;
+        let slots = &*slots;
+        let (r, counted) = std::thread::scope(|sc| {
+            let counter = std::thread::Builder::new()
+                .name("tagstore-bulk-count".into())
+                .spawn_scoped(sc, move || {
+                    let mut p = pending;
+                    let r = count_planned(&mut p, slots, d);
+                    (p, r)
+                });
+            let r = self.bulk_passes(tags, slots, *known_absent, insert);
+            let counted = match counter {
+                Ok(h) => h.join().ok(),
+                Err(_) => None,
+            };
+            (r, counted)
+        });
+        match counted {
+            Some((p, Ok(()))) if r.is_ok() => {
+                self.feed.pending = p;
+                for t in tags.iter().filter(|t| !t.changed) {
+                    let (rel, sub) = key_strs(slots.get(t.at))?;
+                    self.feed.pending.add(rel, sub, -d);
+                }
+            }
+            // A thread that could not start or failed took the pending
+            // changes with it: the counts must be rebuilt from the tags.
+            Some((p, _)) => {
+                self.feed.pending = p;
+                self.feed.stale = true;
+            }
+            None => self.feed.stale = true,
+        }
+        r
+    }
+
+    fn bulk_passes(
+        &mut self,
+        tags: &mut [BulkTag],
+        slots: &Packed,
+        known_absent: bool,
+        insert: bool,
+    ) -> Result<u64> {
         let (o, s) = (Half::Object.index(), Half::Subject.index());
-        let tags = &mut plan.tags;
         // Each key's tags together: a chain's secondary buckets then hold few
         // keys each, so their key filters turn away the FINDs of others.
         tags.sort_unstable_by_key(|t| (t.bucket[o], t.key_fp[o]));
         // The slots in the pass's order: read in sequence, not scattered.
-        let mut sorted = Packed(Vec::with_capacity(plan.slots.0.len()));
-        sorted.gather(&plan.slots, tags.iter().map(|t| t.at));
+        let mut sorted = Packed(Vec::with_capacity(slots.0.len()));
+        sorted.gather(slots, tags.iter().map(|t| t.at));
         let mut n = 0u64;
         let mut next = 0;
         for t in tags.iter_mut() {
@@ -229,7 +231,7 @@ impl State {
             // (A repeat within the batch finds its first copy, written
             // into the same bucket just before, or misses it, erased.)
             let e = &self.index.tables.primary[g as usize];
-            let found = match (e.used != 0 || e.head != NONE) && !plan.known_absent {
+            let found = match (e.used != 0 || e.head != NONE) && !known_absent {
                 true => self.index.locate(&self.pager, g, t.key_fp[o], t.th, slot)?,
                 false => None,
             };
@@ -247,18 +249,11 @@ impl State {
         let changed = tags.iter().take_while(|t| t.changed);
         // The same buffer again: its pages are mapped already (a fresh one
         // faulted in tens of megabytes of zeroed pages once more).
-        sorted.gather(&plan.slots, changed.clone().map(|t| t.at));
-        // A key's tags are adjacent in this order (unless another key has
-        // the same bucket and fingerprint): each run is one count change.
-        plan.by_key.clear();
-        let mut last: Option<(u8, &[u8])> = None;
+        sorted.gather(slots, changed.clone().map(|t| t.at));
         let mut next = 0;
         for t in changed {
-            let (slot, used) = (&sorted.slot(next), sorted.get(next));
-            next += used.len();
-            let key = subject_key(used);
-            plan.by_key.push(key, last == Some(key));
-            last = Some(key);
+            let slot = &sorted.slot(next);
+            next += sorted.get(next).len();
             let (g, kfp) = (t.bucket[s], t.key_fp[s]);
             if insert {
                 self.put_half(slot, g, kfp, t.th)?;
@@ -342,6 +337,28 @@ impl State {
     }
 }
 
+/// Adds `d` to the pending count of every planned tag's (relationship, subject).
+fn count_planned(pending: &mut Pending, slots: &Packed, d: i64) -> Result<()> {
+    let mut at = 0;
+    while at < slots.0.len() {
+        let used = slots.get(at);
+        at += used.len();
+        let (rel, sub) = key_strs(used)?;
+        pending.add(rel, sub, d);
+    }
+    Ok(())
+}
+
+/// The relationship and subject of an encoded slot's used bytes.
+fn key_strs(used: &[u8]) -> Result<(&str, &str)> {
+    let (rel_len, bytes) = subject_key(used);
+    let (rel, sub) = bytes.split_at(usize::from(rel_len).min(bytes.len()));
+    match (std::str::from_utf8(rel), std::str::from_utf8(sub)) {
+        (Ok(rel), Ok(sub)) => Ok((rel, sub)),
+        _ => Err(Error::corrupt("a bulk batch's key is not UTF-8")),
+    }
+}
+
 /// The intent record of a bulk INSERT (no slot: the batch is not recorded).
 fn bulk_intent() -> Intent {
     Intent {
@@ -380,7 +397,8 @@ mod tests {
             let mut plan = st.bulk_plan(&refs, true).expect("test setup");
             st.pager.write_intent(&bulk_intent()).expect("test setup");
             st.pager.begin_bulk(false);
-            st.bulk_passes(&mut plan, true).expect("test setup");
+            st.bulk_passes(&mut plan.tags, &plan.slots, false, true)
+                .expect("test setup");
             panic!("a bug inside a bulk round");
         }));
         assert!(r.is_err());

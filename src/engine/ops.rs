@@ -295,19 +295,7 @@ impl Store {
                 }
                 let mut plan = st.bulk_plan(round, insert)?;
                 plan.last_round = r + 1 == rounds;
-                let n = st.bulk_apply(&mut plan, insert)?;
-                let sign = if insert { 1 } else { -1 };
-                if st.feed.counting {
-                    for (rel, keys) in plan.by_key.keys_per_relationship() {
-                        if let Ok(rel) = std::str::from_utf8(rel) {
-                            st.feed.pending.reserve(rel, keys);
-                        }
-                    }
-                }
-                for key in plan.by_key.iter() {
-                    let (rel, sub, k) = key?;
-                    st.feed.change_new_key(rel, sub, sign * k as i64);
-                }
+                let n = st.bulk_apply(&mut plan, insert, true)?;
                 out.changed += n;
                 out.unchanged += round.len() as u64 - n;
                 let merge = st.feed.wants_merge();
@@ -358,7 +346,7 @@ impl Store {
             let all: Vec<&Tag> = tags.iter().collect();
             let mut plan = st.bulk_plan(&all, true)?;
             plan.known_absent = true;
-            st.bulk_apply(&mut plan, true)?;
+            st.bulk_apply(&mut plan, true, false)?;
             return Ok(());
         }
         for t in tags {

@@ -165,8 +165,9 @@ pub fn used_prefix(slot: &[u8]) -> &[u8] {
 mod tests {
     use super::*;
 
-    /// The bulk path counts a run of equal subject keys as one change: a
-    /// key must not match another that splits the same bytes differently.
+    /// The bulk path reads a slot's counted key (relationship, subject)
+    /// from these bytes: a key must not match another that splits the same
+    /// bytes differently.
     #[test]
     fn subject_keys_differ_where_the_relationship_ends() {
         let a = encode(&Tag::new("o", "ab", "c")).expect("fits");
