@@ -13,6 +13,7 @@ use crate::format::tag::decode;
 use crate::format::{place, prefetch, BlockRef, Half, SlotBytes, Tag};
 use crate::index::ChainWalk;
 use std::collections::VecDeque;
+use std::sync::RwLockReadGuard;
 
 thread_local! {
     /// Result buffers reused by the visitor FINDs of this thread.
@@ -51,9 +52,8 @@ struct Search {
 impl Search {
     /// The search for a key; the caller holds a [`Reading`] so that no
     /// split moves the key's tags until it is done.
-    fn new(store: &Store, half: Half, relationship: &str, name: &str) -> Self {
-        let layout = store.read().index.geometry();
-        let p = place(&layout, store.seed, half, relationship, name);
+    fn new(st: &State, half: Half, relationship: &str, name: &str) -> Self {
+        let p = place(st.index.layout(), st.index.seed(), half, relationship, name);
         let (key, walk) = match KeyMatch::new(half, relationship, name) {
             Some(k) => (k, ChainWalk::new(p.bucket, p.bucket + 1, Some(p.fp()))),
             // Longer than any slot: finds nothing.
@@ -197,7 +197,7 @@ impl<'s> Find<'s> {
         Find {
             store,
             _reading: reading,
-            search: Search::new(store, half, relationship, name),
+            search: Search::new(&store.read(), half, relationship, name),
             text: String::from_utf8(bytes).unwrap_or_default(),
             ends,
             taken: 0,
@@ -375,25 +375,34 @@ impl Store {
         mut f: impl FnMut(&str),
     ) -> Result<u64> {
         let _reading = Reading::new(self);
-        let mut s = Search::new(self, half, relationship, name);
+        // The first step under the lock the search was placed under (most
+        // FINDs take one step): one lock per FIND, not two.
+        let st = self.read();
+        let mut s = Search::new(&st, half, relationship, name);
         // Results of one step, concatenated, and where each ends. The
         // buffers are kept per thread (a nested FIND from `f` makes its own).
         let (mut text, mut ends) = take_bufs();
-        let r = self.visit_with(&mut s, &mut text, &mut ends, &mut f);
+        let r = self.visit_with(st, &mut s, &mut text, &mut ends, &mut f);
         give_bufs((text, ends));
         r
     }
 
     fn visit_with(
         &self,
+        first: RwLockReadGuard<'_, State>,
         s: &mut Search,
         text: &mut Vec<u8>,
         ends: &mut Vec<usize>,
         f: &mut impl FnMut(&str),
     ) -> Result<u64> {
         let mut n = 0u64;
+        let mut held = Some(first);
         while !s.walk.done() {
-            s.step(&self.read(), BLOCKS_PER_STEP, text, ends)?;
+            {
+                // Released before `f` runs: it may write to the store.
+                let st = held.take().unwrap_or_else(|| self.read());
+                s.step(&st, BLOCKS_PER_STEP, text, ends)?;
+            }
             // One UTF-8 check for the whole step instead of one per result
             // (a tenth of a large FIND); every result must then also start
             // and end on a character boundary to be valid on its own.

@@ -20,7 +20,7 @@ pub struct Found {
 impl Index {
     /// The secondary bucket holding block `b` (`None` for a primary block).
     fn secondary_of(&self, b: u64) -> Option<u32> {
-        match self.geometry().block_at(b) {
+        match self.layout().block_at(b) {
             BlockAt::Secondary { s, .. } => Some(s),
             _ => None,
         }
@@ -71,10 +71,10 @@ impl Index {
                 // Leaving the primary bucket: a long chain's tag map may
                 // say where the tag is without reading the chain.
                 hinted = true;
-                let geo = self.geometry();
+                let geo = self.layout();
                 match self
                     .accel
-                    .tag_hint(g, th, &self.tables, &geo, self.seed(), pager)?
+                    .tag_hint(g, th, &self.tables, geo, self.seed(), pager)?
                 {
                     TagHint::Absent => return Ok(None),
                     TagHint::Block(hb) => {
@@ -97,7 +97,7 @@ impl Index {
     /// `kb` in chain `gb`. Walks both chains in step and stops as soon as one
     /// is known to be cheaper, so a peak's long chain is not walked in full.
     pub fn first_is_cheaper(&self, (ga, ka): (u32, u16), (gb, kb): (u32, u16)) -> bool {
-        let per = self.geometry().blocks_per_secondary as u64;
+        let per = self.layout().blocks_per_secondary as u64;
         let (mut a, mut b) = (self.tables.chain(ga), self.tables.chain(gb));
         let (mut na, mut nb) = (a.next(), b.next());
         let (mut ca, mut cb) = (0u64, 0u64);

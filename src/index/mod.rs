@@ -53,6 +53,12 @@ impl Index {
         self.geo
     }
 
+    /// The layout, borrowed (a copy is 420 bytes: FIND's walk asks for it
+    /// at every block).
+    pub fn layout(&self) -> &Layout {
+        &self.geo
+    }
+
     /// Takes the layout after a split: tables, accelerators and hints
     /// gain the new buckets (never written, empty).
     pub fn set_layout(&mut self, l: Layout) {

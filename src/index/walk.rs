@@ -79,15 +79,15 @@ impl ChainWalk {
         let Some(fp) = self.fp else {
             return Ok(None);
         };
-        let geo = ix.geometry();
-        ix.accel.with_index(self.g, &ix.tables, &geo, pager, |ci| {
+        let geo = ix.layout();
+        ix.accel.with_index(self.g, &ix.tables, geo, pager, |ci| {
             ci.candidates(fp).get(k).copied()
         })
     }
 
     /// Asks for the headers of the blocks of secondary bucket `s` set in `mask`.
     fn prefetch_masked(ix: &Index, pager: &Pager, s: u32, mask: u64) {
-        let geo = ix.geometry();
+        let geo = ix.layout();
         let mut j = 0;
         while let Some(x) = next_in_mask(mask, geo.blocks_per_secondary, j) {
             pager.prefetch_headers(geo.secondary_start(s) + x as u64, 1);
@@ -97,12 +97,12 @@ impl ChainWalk {
 
     /// The next block to read, or `None` at the end.
     pub fn next_block(&mut self, ix: &Index, pager: &Pager) -> Result<Option<u64>> {
-        let geo = ix.geometry();
+        let geo = ix.layout();
         loop {
             match self.pos {
                 Pos::Done => return Ok(None),
                 Pos::Start => {
-                    let n = ix.accel.extent(self.g, &geo, pager)?;
+                    let n = ix.accel.extent(self.g, geo, pager)?;
                     // Ask for every header of the bucket (and the table
                     // entry read after them) at once: the misses overlap.
                     ix.prefetch_bucket(pager, self.g, n);
