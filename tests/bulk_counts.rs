@@ -160,3 +160,26 @@ fn a_handle_closed_or_dropped_with_its_merge_waiting_leaves_exact_counts() {
         assert_eq!(store.len(), all.len() as u64);
     }
 }
+
+/// Regression (found in review): a bulk call made with counting off must
+/// leave the counts stale, so that the next use rebuilds them from the
+/// tags. Feeding the counters from the bulk passes' thread skipped the
+/// stale mark when counting was off, and the counts missed the batch.
+#[test]
+fn a_bulk_call_with_counting_off_makes_the_counts_rebuild() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("s.tags");
+    let all = tags();
+    let (first, second) = all.split_at(20_000);
+    let store = create(&path);
+    store.insert_batch(first).1.expect("insert_batch");
+    assert_counts(&store, &model(first), "counted");
+    store.set_counting(false);
+    store.insert_batch(second).1.expect("insert_batch");
+    store.set_counting(true);
+    assert_counts(&store, &model(&all), "after a batch with counting off");
+    drop(store);
+    let store = Store::open(&path).expect("reopen");
+    assert_counts(&store, &model(&all), "after the reopen");
+}

@@ -143,6 +143,10 @@ impl State {
             true => self.bulk_passes_counted(plan, insert),
             false => self.bulk_passes(&mut plan.tags, &plan.slots, plan.known_absent, insert),
         };
+        if count && !self.feed.counting && r.as_ref().is_ok_and(|&n| n > 0) {
+            // Changed with counting off: the counts must be rebuilt.
+            self.feed.stale = true;
+        }
         let r = r.and_then(|n| self.pager.end_bulk().map(|_| n));
         let n = match r {
             Ok(n) => n,
@@ -194,8 +198,12 @@ impl State {
             Some((p, Ok(()))) if r.is_ok() => {
                 self.feed.pending = p;
                 for t in tags.iter().filter(|t| !t.changed) {
-                    let (rel, sub) = key_strs(slots.get(t.at))?;
-                    self.feed.pending.add(rel, sub, -d);
+                    match key_strs(slots.get(t.at)) {
+                        Ok((rel, sub)) => self.feed.pending.add(rel, sub, -d),
+                        // Never for a batch encoded from strings; if it
+                        // were, the tags stand and the counts are rebuilt.
+                        Err(_) => self.feed.stale = true,
+                    }
                 }
             }
             // A thread that could not start or failed took the pending

@@ -161,7 +161,9 @@ impl Store {
     /// matters. An oversized tag refuses its round before anything is
     /// written, and an I/O error in a round leaves the handle unusable
     /// ([`Error::Poisoned`]); reopen the store, which makes each tag of the
-    /// round whole.
+    /// round whole. Such a batch's counter changes are merged on another
+    /// thread: the next `count`, `cloud` or merge waits for them (and
+    /// reports a failure to write them).
     pub fn insert_batch<'a>(
         &self,
         tags: impl IntoIterator<Item = &'a Tag>,
