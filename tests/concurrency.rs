@@ -6,7 +6,8 @@
 //! A second test churns (inserts and deletes, refilling holes) in the same
 //! chain as a stable set of tags, which every concurrent FIND must return
 //! exactly once. A third checks that a second handle on an open store is
-//! locked out.
+//! locked out. Others write between the steps of a FIND of one's own: an
+//! iterator's, and a visitor's whose callback splits buckets.
 
 mod common;
 
@@ -330,4 +331,67 @@ fn writing_between_steps_of_ones_own_find() {
     assert_eq!(store.len(), added as u64);
     let report = store.check().expect("check");
     assert!(report.ok(), "{:?}", report.faults);
+}
+
+/// A visitor FIND releases the store's lock between its steps (and runs
+/// its callback without it), so it must hold splits off until it ends,
+/// as the iterators do. A FIND of a key spanning many steps whose callback
+/// inserts enough tags to split buckets many times over must still return
+/// the key's tags exactly once each: a split that moved the key's chain
+/// between two steps would lose the rest of it. (Written for a change
+/// that registered such a FIND as a reader only from its second step on;
+/// the change was dropped, as it measured no faster, and the test kept.)
+#[test]
+fn a_visitor_find_spanning_steps_holds_splits_off_until_it_ends() {
+    const PEAK: usize = 3_000;
+    const WRITES: usize = 30_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::create(
+        dir.path().join("visit.tags"),
+        &CreateOptions {
+            primary_buckets_per_half: Some(2),
+            blocks_per_primary: Some(1),
+            blocks_per_secondary: Some(2),
+            seed: Some(0xc0c0),
+            ..CreateOptions::default()
+        },
+    )
+    .expect("create");
+    let want: Vec<String> = (0..PEAK).map(|i| format!("peak-{i:05}")).collect();
+    for o in &want {
+        store
+            .insert(&Tag::new(o.as_str(), "isa", "peak"))
+            .expect("insert");
+    }
+    let before = store.geometry().primary_buckets_per_half;
+    let mut got = Vec::with_capacity(PEAK);
+    let n = store
+        .for_each_object("peak", "isa", |o| {
+            if got.is_empty() {
+                // Between the FIND's first and second steps.
+                for i in 0..WRITES {
+                    let t = Tag::new(format!("w-{i}"), "isa", format!("s-{}", i % 5_000));
+                    store.insert(&t).expect("insert inside the FIND");
+                }
+            }
+            got.push(o.to_owned());
+        })
+        .expect("FIND");
+    got.sort();
+    assert_eq!(n as usize, got.len());
+    assert!(
+        got == want,
+        "the FIND returned {} of {PEAK} tags",
+        got.len()
+    );
+    // The splits were held off, not lost: the next write makes them.
+    store
+        .insert(&Tag::new("after", "isa", "s-0"))
+        .expect("insert after");
+    let after = store.geometry().primary_buckets_per_half;
+    assert!(
+        after > before,
+        "no bucket split ({before} -> {after} per half)"
+    );
+    assert_check_ok(&store, "after the FIND and the splits");
 }
