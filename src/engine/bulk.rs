@@ -165,10 +165,11 @@ impl State {
     }
 
     /// [`State::bulk_passes`] with the counters fed on another thread: it
-    /// counts every planned tag while the passes run (a sixth of a 0.5 M-tag
-    /// npm load was these map updates), then the tags the passes left
-    /// unchanged (absent, present, or a repeat in the batch) are counted
-    /// back. If anything fails, the counts are left to a rebuild.
+    /// counts every planned tag while the passes run (these map updates
+    /// were a tenth of a 0.5 M-tag npm load and delete), then the tags the
+    /// passes left unchanged (absent, present, or a repeat in the batch)
+    /// are counted back. If anything fails, the counts are left to a
+    /// rebuild.
     fn bulk_passes_counted(&mut self, plan: &mut BulkPlan, insert: bool) -> Result<u64> {
         let d = if insert { 1 } else { -1 };
         let pending = std::mem::take(&mut self.feed.pending);

@@ -231,8 +231,8 @@ impl Store {
 
     /// [`Store::merge_own_counts`] for a bulk call's many changes: takes
     /// them now and applies them on another thread, so that the call
-    /// returns without waiting (a third of a 0.5 M-tag npm load's time was
-    /// counting). Whoever uses the counts next waits for that merge, or
+    /// returns without waiting (the merge was a seventh of a 0.5 M-tag npm
+    /// load and delete). Whoever uses the counts next waits for that merge, or
     /// does it (`Loaded::parked`); a crash before it is written leaves
     /// counts that are rebuilt from the tags, as for any unmerged change.
     pub(crate) fn merge_own_counts_later(&self) -> Result<()> {
