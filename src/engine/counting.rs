@@ -5,13 +5,12 @@ use super::state::State;
 use super::Store;
 use crate::counts::{
     counts_path, Channel, CloudEntry, Counts, CountsFile, Increment, IncrementId, Loaded,
-    MergeOutcome,
+    MergeOutcome, SharedDeltas,
 };
 use crate::error::{Error, Result};
 use crate::format::Half;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// Most pending keys merged without loading the counts: a larger merge
 /// (a bulk load's or delete's) loads them once and later merges apply in
@@ -28,15 +27,6 @@ fn counted_tags(g: &State) -> u64 {
     } else {
         g.tag_count
     }
-}
-
-/// The threads of `all` that have ended, taken out of it.
-fn extract_finished(all: &mut Vec<JoinHandle<()>>) -> Vec<JoinHandle<()>> {
-    let (done, running) = std::mem::take(all)
-        .into_iter()
-        .partition(|t| t.is_finished());
-    *all = running;
-    done
 }
 
 /// Counts every tag's (relationship, subject) by reading the store.
@@ -217,16 +207,18 @@ impl Store {
             return Ok(());
         }
         let l = self.ensure_counts(&mut slot)?;
-        let deltas = {
-            let mut g = self.lock();
-            g.feed.pending.take_shared(Channel::Own)
-        };
-        if deltas.is_empty() {
+        let Some((id, deltas)) = self.take_own() else {
             return Ok(());
-        }
-        let id = self.next_id();
+        };
         l.merge_own(self.path(), self.writer_id, id, deltas)
             .map(|_| ())
+    }
+
+    /// This handle's own pending changes, taken, with the increment id
+    /// they merge as; `None` when nothing is pending.
+    fn take_own(&self) -> Option<(IncrementId, SharedDeltas)> {
+        let deltas = self.lock().feed.pending.take_shared(Channel::Own);
+        (!deltas.is_empty()).then(|| (self.next_id(), deltas))
     }
 
     /// [`Store::merge_own_counts`] for a bulk call's many changes: takes
@@ -248,18 +240,15 @@ impl Store {
         {
             let mut slot = self.counts_lock();
             let l = self.ensure_counts(&mut slot)?;
-            let deltas = self.lock().feed.pending.take_shared(Channel::Own);
-            if deltas.is_empty() {
+            l.parked = self.take_own();
+            if l.parked.is_none() {
                 return Ok(());
             }
-            let id = self.next_id();
-            l.parked = Some((id, deltas));
         }
         let (counts, path, writer) = (Arc::clone(&self.counts), self.path.clone(), self.writer_id);
         let mut merger = self.merger.lock().unwrap_or_else(|p| p.into_inner());
-        for done in extract_finished(&mut merger) {
-            let _ = done.join();
-        }
+        // Threads that have ended need no join (a panic would be ignored).
+        merger.retain(|t| !t.is_finished());
         // If no thread can be started, the merge waits for the next user.
         let started = std::thread::Builder::new()
             .name("tagstore-counts-merge".into())
