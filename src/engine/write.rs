@@ -182,7 +182,8 @@ impl State {
             None => {
                 ix.tables.primary[g as usize].used += 1;
                 let i = p.addr.block.saturating_sub(geo.primary_start(g));
-                ix.accel.wrote_primary(g, i as u32);
+                ix.accel
+                    .wrote_primary(g, i as u32, p.addr.slot as usize, kfp);
             }
             Some(s) => {
                 if p.new_link {

@@ -1,8 +1,9 @@
 //! In-memory accelerators for reading buckets: the written extent of each
-//! primary bucket and a key index over each long overflow chain.
+//! primary bucket (with its slot directory, `directory.rs`) and a key
+//! index over each long overflow chain.
 //!
-//! Neither is persisted (no format change): both start unknown at open and
-//! are learned on first use, then kept exact by every INSERT.
+//! None is persisted (no format change): each starts unknown at open and
+//! is learned on first use, then kept exact by every INSERT.
 //!
 //! * **Extent.** Blocks of a primary bucket fill in order, so the blocks
 //!   past the highest one ever written hold nothing. FIND and DELETE stop
@@ -15,6 +16,7 @@
 //!   buckets holding it lets FIND go straight to the few candidates, so a rare
 //!   key next to a peak costs about what it costs in a quiet bucket.
 
+use super::directory::SlotDirectory;
 use super::tables::Tables;
 use crate::error::Result;
 use crate::format::hash::tag_hash;
@@ -154,6 +156,11 @@ pub struct Accel {
     /// Per primary bucket: 0 unknown, else 1 + number of blocks up to and
     /// including the highest block ever written.
     extent: Vec<AtomicU8>,
+    /// Per slot of every primary block, a byte of its key's fingerprint;
+    /// valid for the buckets whose extent is known.
+    dir: SlotDirectory,
+    /// Blocks per primary bucket (the directory's stride).
+    bpp: u32,
     /// Per secondary bucket linked into a chain during this session: 1 +
     /// the blocks up to and including the highest written since (slots are
     /// taken first-free, so no tag lies past them). 0 or past the end:
@@ -172,11 +179,13 @@ impl Accel {
     /// block read through the map costs a page fault and a zeroed page-cache
     /// page: on a fresh store sized for 10⁸ tags that filled the page cache
     /// with zeros long before the data. Empty buckets never need it.
-    pub fn new(primary: u32, empty: impl Fn(u32) -> bool) -> Self {
+    pub fn new(primary: u32, blocks_per_primary: u32, empty: impl Fn(u32) -> bool) -> Self {
         Accel {
             extent: (0..primary)
                 .map(|g| AtomicU8::new(u8::from(empty(g))))
                 .collect(),
+            dir: SlotDirectory::new(primary as usize * blocks_per_primary as usize),
+            bpp: blocks_per_primary,
             sec_extent: Vec::new(),
             chains: RwLock::new(HashMap::new()),
         }
@@ -215,24 +224,54 @@ impl Accel {
 
     /// Blocks of primary bucket `g` worth reading, learning it if unknown.
     pub fn extent(&self, g: u32, geo: &Layout, pager: &Pager) -> Result<u32> {
+        self.primary_view(g, geo, pager).map(|(n, _)| n)
+    }
+
+    /// Blocks of primary bucket `g` worth reading, learning them (and the
+    /// bucket's slot directory) if unknown; and whether the directory is
+    /// valid for the bucket ([`Accel::dir_matching`]).
+    pub fn primary_view(&self, g: u32, geo: &Layout, pager: &Pager) -> Result<(u32, bool)> {
         let Some(cell) = self.extent.get(g as usize) else {
-            return Ok(geo.blocks_per_primary);
+            return Ok((geo.blocks_per_primary, false));
         };
-        let e = cell.load(Ordering::Relaxed);
+        // Acquire: the directory bytes the learner stored before it.
+        let e = cell.load(Ordering::Acquire);
+        let dir = self
+            .dir
+            .covers(self.dir_block(g, geo.blocks_per_primary.saturating_sub(1)));
         if e != 0 {
-            return Ok(e as u32 - 1);
+            return Ok((e as u32 - 1, dir));
         }
         let start = geo.primary_start(g);
         let mut n = 0;
         for i in 0..geo.blocks_per_primary {
-            if !pager.block(start + i as u64)?.is_unwritten() {
+            let blk = pager.block(start + i as u64)?;
+            if !blk.is_unwritten() {
                 n = i + 1;
             }
+            self.dir.learn(self.dir_block(g, i), &blk);
         }
-        if let Ok(v) = u8::try_from(n + 1) {
-            cell.store(v, Ordering::Relaxed);
+        match u8::try_from(n + 1) {
+            Ok(v) => {
+                cell.store(v, Ordering::Release);
+                Ok((n, dir))
+            }
+            Err(_) => Ok((n, false)),
         }
-        Ok(n)
+    }
+
+    /// The directory's index of block `i` of primary bucket `g`.
+    #[inline]
+    fn dir_block(&self, g: u32, i: u32) -> usize {
+        g as usize * self.bpp as usize + i as usize
+    }
+
+    /// The slots of block `i` of primary bucket `g` that may hold key
+    /// fingerprint `fp`; only meaningful while [`Accel::primary_view`]
+    /// says the directory is valid.
+    #[inline]
+    pub fn dir_matching(&self, g: u32, i: u32, fp: u16) -> u32 {
+        self.dir.matching(self.dir_block(g, i), fp)
     }
 
     /// Adds never-written primary buckets up to `primary` (a split made them).
@@ -240,12 +279,14 @@ impl Accel {
         while self.extent.len() < primary as usize {
             self.extent.push(AtomicU8::new(1));
         }
+        self.dir.grow(primary as usize * self.bpp as usize);
     }
 
-    /// Records that primary bucket `g` now holds data in its first `n` blocks only.
-    pub fn set_extent(&mut self, g: u32, n: u32) {
-        if let (Some(cell), Ok(v)) = (self.extent.get(g as usize), u8::try_from(n + 1)) {
-            cell.store(v, Ordering::Relaxed);
+    /// Forgets the extent and slot directory of primary bucket `g`, whose
+    /// tags moved without an INSERT (the next reader learns them again).
+    pub fn forget_primary(&mut self, g: u32) {
+        if let Some(cell) = self.extent.get(g as usize) {
+            cell.store(0, Ordering::Relaxed);
         }
     }
 
@@ -262,11 +303,16 @@ impl Accel {
         (e != 0).then(|| e as u32 - 1)
     }
 
-    /// Records a write to block `i` of primary bucket `g` (caller holds the write lock).
-    pub fn wrote_primary(&self, g: u32, i: u32) {
+    /// Records that slot `slot` of block `i` of primary bucket `g` now holds
+    /// a tag of key fingerprint `fp` (caller holds the write lock).
+    pub fn wrote_primary(&self, g: u32, i: u32, slot: usize, fp: u16) {
         if let Some(cell) = self.extent.get(g as usize) {
             let e = cell.load(Ordering::Relaxed);
-            if e != 0 && (e as u32) < i + 2 {
+            if e == 0 {
+                return;
+            }
+            self.dir.put(self.dir_block(g, i), slot, fp);
+            if (e as u32) < i + 2 {
                 if let Ok(v) = u8::try_from(i + 2) {
                     cell.store(v, Ordering::Relaxed);
                 } else {

@@ -3,6 +3,7 @@
 //! bucket uses (FIND, export, DELETE's and INSERT's look-ups).
 
 mod accel;
+mod directory;
 mod image;
 mod locate;
 mod rebuild;
@@ -35,7 +36,7 @@ impl Index {
     /// An index over `tables` of a store with geometry `geo` and hash `seed`.
     pub fn new(mut tables: Tables, geo: Layout, seed: u64) -> Index {
         // Empty buckets need no extent learning (see `Accel::new`).
-        let mut accel = Accel::new(geo.primary_buckets(), |g| {
+        let mut accel = Accel::new(geo.primary_buckets(), geo.blocks_per_primary, |g| {
             tables.primary.get(g as usize).is_some_and(|e| e.used == 0)
         });
         accel.set_secondary_extents(std::mem::take(&mut tables.extents));
@@ -106,6 +107,34 @@ impl Index {
         if let Some(e) = self.tables.primary.get(g as usize) {
             prefetch_val(e);
         }
+    }
+
+    /// The blocks among the first `n` of primary bucket `g` whose slot
+    /// directory names key fingerprint `fp` (bit `i`: block `i`; the walk
+    /// reads blocks past 64 whatever the directory says), after asking the CPU for their headers, the
+    /// named slots and the bucket's table entry: the header and slot
+    /// misses overlap instead of the slots waiting for the header.
+    pub fn prefetch_matching(&self, pager: &Pager, g: u32, n: u32, fp: u16) -> u64 {
+        let start = self.geo.primary_start(g);
+        let mut want = 0;
+        for i in 0..n.min(64) {
+            let mut m = self.accel.dir_matching(g, i, fp);
+            if m != 0 {
+                want |= 1 << i;
+                pager.prefetch_headers(start + i as u64, 1);
+            }
+            while m != 0 {
+                pager.prefetch_slot(start + i as u64, m.trailing_zeros() as usize);
+                m &= m - 1;
+            }
+        }
+        if n > 64 {
+            pager.prefetch_headers(start + 64, n - 64);
+        }
+        if let Some(e) = self.tables.primary.get(g as usize) {
+            prefetch_val(e);
+        }
+        want
     }
 
     /// Asks for the block headers and table entries of primary buckets

@@ -10,8 +10,9 @@ use crate::pager::Pager;
 enum Pos {
     /// At the start of chain `g`: the primary bucket's extent is not read yet.
     Start,
-    /// Block `i` of `n` worth reading in the primary bucket.
-    Primary(u32, u32),
+    /// Block `i` of `n` worth reading in the primary bucket, and which of
+    /// the first 64 may hold the key (bit `i`; later blocks are all read).
+    Primary(u32, u32, u64),
     /// Block `i` of secondary bucket `s`, following the chain's links.
     Secondary(u32, u32),
     /// The `k`-th candidate of the chain index: bucket `s`, its block mask,
@@ -102,14 +103,30 @@ impl ChainWalk {
             match self.pos {
                 Pos::Done => return Ok(None),
                 Pos::Start => {
-                    let n = ix.accel.extent(self.g, geo, pager)?;
-                    // Ask for every header of the bucket (and the table
-                    // entry read after them) at once: the misses overlap.
-                    ix.prefetch_bucket(pager, self.g, n);
-                    self.pos = Pos::Primary(0, n);
+                    let (n, dir) = ix.accel.primary_view(self.g, geo, pager)?;
+                    let want = match self.fp {
+                        Some(fp) if dir => ix.prefetch_matching(pager, self.g, n, fp),
+                        _ => {
+                            // Ask for every header of the bucket (and the
+                            // table entry read after them) at once: the
+                            // misses overlap.
+                            ix.prefetch_bucket(pager, self.g, n);
+                            u64::MAX
+                        }
+                    };
+                    self.pos = Pos::Primary(0, n, want);
                 }
-                Pos::Primary(i, n) if i < n => {
-                    self.pos = Pos::Primary(i + 1, n);
+                Pos::Primary(i, n, want) if i < n => {
+                    // The next block the directory does not rule out.
+                    let i = match want.checked_shr(i).map(u64::trailing_zeros) {
+                        Some(z) if z < 64 => i + z,
+                        _ => i.max(64),
+                    };
+                    if i >= n {
+                        self.pos = Pos::Primary(n, n, want);
+                        continue;
+                    }
+                    self.pos = Pos::Primary(i + 1, n, want);
                     return Ok(Some(geo.primary_start(self.g) + i as u64));
                 }
                 Pos::Primary(..) => {

@@ -121,7 +121,9 @@ impl State {
                 self.pager.mark_reserved(b, 1);
             }
         }
-        self.index.accel.set_extent(g, keep);
+        // Tags moved without an INSERT: the extent and slot directory are
+        // learnt again (from the blocks just written) by the next reader.
+        self.index.accel.forget_primary(g);
         Ok(())
     }
 
