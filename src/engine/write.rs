@@ -249,7 +249,12 @@ impl State {
         } else {
             (gs, ks)
         };
-        if check_dup && self.index.locate(&self.pager, gc, kc, th, slot)?.is_some() {
+        if check_dup
+            && self
+                .index
+                .locate_for_insert(&self.pager, gc, kc, th, slot)?
+                .is_some()
+        {
             return Ok(false);
         }
         // The tag goes in: first split buckets if the store has outgrown
@@ -325,7 +330,7 @@ impl State {
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         if self
             .index
-            .locate(&self.pager, p.bucket, p.fp(), th, slot)?
+            .locate_for_insert(&self.pager, p.bucket, p.fp(), th, slot)?
             .is_some()
         {
             return Ok(false);

@@ -266,6 +266,12 @@ impl Accel {
         g as usize * self.bpp as usize + i as usize
     }
 
+    /// Asks the CPU for primary bucket `g`'s slot directory (a hint).
+    #[inline]
+    pub fn prefetch_dir(&self, g: u32) {
+        self.dir.prefetch(self.dir_block(g, 0), self.bpp as usize);
+    }
+
     /// The slots of block `i` of primary bucket `g` that may hold key
     /// fingerprint `fp`; only meaningful while [`Accel::primary_view`]
     /// says the directory is valid.

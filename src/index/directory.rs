@@ -96,6 +96,19 @@ impl SlotDirectory {
         c.get(at..at + WORDS)
     }
 
+    /// Asks the CPU for the bytes of primary blocks `k..k + n` (a hint).
+    #[inline]
+    pub fn prefetch(&self, k: usize, n: usize) {
+        let mut b = k;
+        while b < k + n {
+            if let Some(w) = self.words(b) {
+                crate::format::prefetch_val(&w[0]);
+            }
+            // Two blocks per 64-byte line.
+            b += 2;
+        }
+    }
+
     /// Rewrites primary block `k`'s bytes from the block itself.
     pub fn learn(&self, k: usize, blk: &BlockRef<'_>) {
         let mut bytes = [0u8; WORDS * 8];

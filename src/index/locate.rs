@@ -63,8 +63,35 @@ impl Index {
         th: u64,
         slot: &SlotBytes,
     ) -> Result<Option<Found>> {
+        self.locate_in(pager, ChainWalk::new(g, g + 1, Some(kfp)), g, kfp, th, slot)
+    }
+
+    /// [`Index::locate`] for an INSERT's duplicate check: the primary
+    /// bucket's headers are read header first (the INSERT reads them next
+    /// to choose a slot, and asked for them already), not through the
+    /// slot directory, whose line would be one more miss in turn.
+    pub fn locate_for_insert(
+        &self,
+        pager: &Pager,
+        g: u32,
+        kfp: u16,
+        th: u64,
+        slot: &SlotBytes,
+    ) -> Result<Option<Found>> {
+        let walk = ChainWalk::new(g, g + 1, Some(kfp)).without_directory();
+        self.locate_in(pager, walk, g, kfp, th, slot)
+    }
+
+    fn locate_in(
+        &self,
+        pager: &Pager,
+        mut walk: ChainWalk,
+        g: u32,
+        kfp: u16,
+        th: u64,
+        slot: &SlotBytes,
+    ) -> Result<Option<Found>> {
         let tfp = fp_of_tag_hash(th);
-        let mut walk = ChainWalk::new(g, g + 1, Some(kfp));
         let mut hinted = false;
         while let Some(b) = walk.next_block(self, pager)? {
             if !hinted && walk.in_overflow() {

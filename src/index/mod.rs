@@ -150,6 +150,8 @@ impl Index {
                     (e + 1).min(self.geo.blocks_per_primary)
                 });
             self.prefetch_bucket(pager, g, n);
+            // The INSERT writes a byte of it.
+            self.accel.prefetch_dir(g);
         }
     }
 }

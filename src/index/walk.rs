@@ -33,6 +33,8 @@ pub struct ChainWalk {
     step: u32,
     pos: Pos,
     fp: Option<u16>,
+    /// Read primary buckets through the slot directory (when valid).
+    use_dir: bool,
 }
 
 impl ChainWalk {
@@ -51,7 +53,17 @@ impl ChainWalk {
             step: step.max(1),
             pos,
             fp,
+            use_dir: true,
         }
+    }
+
+    /// The same walk reading every written block of a primary bucket,
+    /// header first, as when the slot directory is not valid: for a
+    /// caller that reads those headers next anyway (an INSERT's
+    /// duplicate check, then its choice of a free slot).
+    pub fn without_directory(mut self) -> Self {
+        self.use_dir = false;
+        self
     }
 
     /// True when no block is left.
@@ -105,7 +117,9 @@ impl ChainWalk {
                 Pos::Start => {
                     let (n, dir) = ix.accel.primary_view(self.g, geo, pager)?;
                     let want = match self.fp {
-                        Some(fp) if dir => ix.prefetch_matching(pager, self.g, n, fp),
+                        Some(fp) if dir && self.use_dir => {
+                            ix.prefetch_matching(pager, self.g, n, fp)
+                        }
                         _ => {
                             // Ask for every header of the bucket (and the
                             // table entry read after them) at once: the

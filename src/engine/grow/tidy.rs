@@ -122,8 +122,9 @@ impl State {
             }
         }
         // Tags moved without an INSERT: the extent and slot directory are
-        // learnt again (from the blocks just written) by the next reader.
+        // learnt again, from the blocks just written (still in cache).
         self.index.accel.forget_primary(g);
+        self.index.accel.extent(g, l, &self.pager)?;
         Ok(())
     }
 
