@@ -2,18 +2,18 @@
 //! (a byte of its fingerprint) of the tag last put there. Memory only.
 //!
 //! A FIND or DELETE of a key with a few tags reads the directory's line
-//! for its bucket (dense, so at small scale it stays in cache) and then
-//! asks for the matching slots and their blocks' headers together, instead
-//! of reading every written block's header first and only then its slots:
-//! one miss to memory in turn instead of two, and no header read at all
-//! for a block that holds nothing of the key.
+//! for its bucket (32 bytes a block, where the headers are a page apart)
+//! and then asks for the matching slots and their blocks' headers
+//! together, instead of reading every written block's header first and
+//! only then its slots; a block that holds nothing of the key is not
+//! touched at all.
 //!
 //! The directory may name keys that left (a DELETE does not clear it),
 //! never miss one: the header still decides (occupied, 16-bit
 //! fingerprint). It is valid for a bucket only while the bucket's extent
 //! is known ([`super::Accel`]): learning the extent learns the directory,
 //! every INSERT while it is known puts its byte, and whatever moves tags
-//! without an INSERT (packing a bucket after a split) forgets both.
+//! without an INSERT (packing a bucket after a split) learns both again.
 
 use crate::format::{BlockRef, SLOTS_PER_BLOCK};
 use std::sync::atomic::{AtomicU64, Ordering};
