@@ -45,9 +45,22 @@ impl State {
         Ok(Half::BOTH.map(|h| place(&geo, seed, h, view.relationship, view.key_name(h))))
     }
 
+    /// Where half `half` of an encoded tag lives (one key hash, not two).
+    fn place_of(&self, slot: &SlotBytes, half: Half) -> Result<Place> {
+        let view = decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        let (geo, seed) = (self.index.layout(), self.index.seed());
+        Ok(place(
+            geo,
+            seed,
+            half,
+            view.relationship,
+            view.key_name(half),
+        ))
+    }
+
     /// True if the encoded tag is stored in half `half`.
     pub fn contains(&self, slot: &SlotBytes, half: Half) -> Result<bool> {
-        let p = self.places(slot)?[half.index()];
+        let p = self.place_of(slot, half)?;
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         Ok(self
             .index
@@ -326,7 +339,7 @@ impl State {
     /// Inserts one half of an encoded tag (a half-only store); false if
     /// that half was already stored.
     pub fn insert_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
-        let p = self.places(slot)?[half.index()];
+        let p = self.place_of(slot, half)?;
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         if self
             .index
@@ -372,7 +385,7 @@ impl State {
     /// Deletes one half of an encoded tag (a half-only store); false if
     /// that half was not stored.
     pub fn delete_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
-        let p = self.places(slot)?[half.index()];
+        let p = self.place_of(slot, half)?;
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         let Some(f) = self.index.locate(&self.pager, p.bucket, p.fp(), th, slot)? else {
             return Ok(false);
