@@ -111,9 +111,10 @@ impl Index {
 
     /// The blocks among the first `n` of primary bucket `g` whose slot
     /// directory names key fingerprint `fp` (bit `i`: block `i`; the walk
-    /// reads blocks past 64 whatever the directory says), after asking the CPU for their headers, the
-    /// named slots and the bucket's table entry: the header and slot
-    /// misses overlap instead of the slots waiting for the header.
+    /// reads blocks past 64 whatever the directory says), after asking
+    /// the CPU for their headers, the named slots and the bucket's table
+    /// entry: the header and slot misses overlap instead of the slots
+    /// waiting for the header.
     pub fn prefetch_matching(&self, pager: &Pager, g: u32, n: u32, fp: u16) -> u64 {
         let start = self.geo.primary_start(g);
         let mut want = 0;
