@@ -4,7 +4,7 @@
 use super::state::State;
 use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
-use crate::format::tag::{decode, used_prefix};
+use crate::format::tag::{decode, used_prefix, SlotView};
 use crate::format::{
     place, Half, Intent, IntentOp, Place, SlotAddr, SlotBytes, KIND_PRIMARY, KIND_SECONDARY, NONE,
     SLOTS_PER_BLOCK,
@@ -40,22 +40,19 @@ impl Plan {
 impl State {
     /// Where both halves of an encoded tag live.
     fn places(&self, slot: &SlotBytes) -> Result<[Place; 2]> {
-        let view = decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
-        let (geo, seed) = (self.index.geometry(), self.index.seed());
-        Ok(Half::BOTH.map(|h| place(&geo, seed, h, view.relationship, view.key_name(h))))
+        let view = view_of(slot)?;
+        Ok(Half::BOTH.map(|h| self.place_in(&view, h)))
     }
 
     /// Where half `half` of an encoded tag lives (one key hash, not two).
     fn place_of(&self, slot: &SlotBytes, half: Half) -> Result<Place> {
-        let view = decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))?;
+        Ok(self.place_in(&view_of(slot)?, half))
+    }
+
+    /// Where half `half` of the decoded tag `view` lives.
+    fn place_in(&self, view: &SlotView<'_>, half: Half) -> Place {
         let (geo, seed) = (self.index.layout(), self.index.seed());
-        Ok(place(
-            geo,
-            seed,
-            half,
-            view.relationship,
-            view.key_name(half),
-        ))
+        place(geo, seed, half, view.relationship, view.key_name(half))
     }
 
     /// True if the encoded tag is stored in half `half`.
@@ -443,4 +440,9 @@ impl State {
         }
         Ok(true)
     }
+}
+
+/// The decoded view of a slot this build encoded.
+fn view_of(slot: &SlotBytes) -> Result<SlotView<'_>> {
+    decode(slot).ok_or_else(|| Error::corrupt("encoder produced a bad slot"))
 }
