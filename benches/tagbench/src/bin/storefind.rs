@@ -26,6 +26,11 @@ struct Args {
     /// Passes over the stores.
     #[arg(long, default_value_t = 3)]
     passes: usize,
+    /// FINDs by subject per pass for the subject keys of tags drawn
+    /// uniformly (so keys weighted by their tag count, as tagbench draws
+    /// its "Zipf" keys on loaded data); 0 skips the pass.
+    #[arg(long, default_value_t = 0)]
+    weighted_finds: usize,
     /// Stores (opened read-only).
     stores: Vec<PathBuf>,
 }
@@ -36,9 +41,11 @@ fn main() -> Result<()> {
         .with_context(|| format!("reading {}", args.tsv.display()))?;
     let mut objects = Vec::new();
     let mut subjects = BTreeSet::new();
+    let mut weighted = Vec::new();
     for line in text.lines() {
         let t = tagstore::tsv::parse_line(line).map_err(anyhow::Error::msg)?;
         objects.push((t.object.clone(), t.relationship.clone()));
+        weighted.push((t.subject.clone(), t.relationship.clone()));
         subjects.insert((t.subject, t.relationship));
     }
     // A fixed shuffle of the object keys (xorshift), the same for every store.
@@ -50,12 +57,20 @@ fn main() -> Result<()> {
         objects.swap(i, (x % (i as u64 + 1)) as usize);
     }
     objects.truncate(args.object_finds);
+    // Tag-weighted subject keys: the subject keys of a shuffle of the tags.
+    for i in (1..weighted.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        weighted.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    weighted.truncate(args.weighted_finds);
     let stores: Vec<Store> = args
         .stores
         .iter()
         .map(|p| Store::open_read_only(p).with_context(|| format!("opening {}", p.display())))
         .collect::<Result<_>>()?;
-    println!("store\tpass\tobject FINDs/s\tresults\tsubject keys/s\tresults/s");
+    println!("store\tpass\tobject FINDs/s\tresults\tsubject keys/s\tresults/s\tweighted results/s");
     for pass in 0..args.passes {
         for (i, s) in stores.iter().enumerate() {
             let t = Instant::now();
@@ -70,12 +85,19 @@ fn main() -> Result<()> {
                 s.for_each_object(sub, r, |_| m += 1)?;
             }
             let sub_s = t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            let mut w = 0u64;
+            for (sub, r) in &weighted {
+                s.for_each_object(sub, r, |_| w += 1)?;
+            }
+            let w_s = t.elapsed().as_secs_f64();
             println!(
-                "{}\t{pass}\t{:.0}\t{n}\t{:.0}\t{:.0}",
+                "{}\t{pass}\t{:.0}\t{n}\t{:.0}\t{:.0}\t{:.0}",
                 args.stores[i].display(),
                 objects.len() as f64 / obj_s,
                 subjects.len() as f64 / sub_s,
-                m as f64 / sub_s
+                m as f64 / sub_s,
+                w as f64 / w_s.max(1e-9)
             );
         }
     }
