@@ -431,6 +431,48 @@ mod tests {
     use crate::{CreateOptions, Store};
     use std::panic::{catch_unwind, AssertUnwindSafe};
 
+    /// A bulk write seals a block it wrote first once, on its way to the
+    /// file, not at each put: the block must reach the file sealed, with
+    /// every put and clear of the round in it, and a block written whole
+    /// in the same round (zeroed: a bucket given back) must reach it as
+    /// written, not sealed over.
+    #[test]
+    fn a_bulk_write_seals_its_fresh_blocks_on_their_way_to_the_file() {
+        use crate::format::tag::encode;
+        use crate::format::{BlockRef, SlotAddr, KIND_PRIMARY};
+        use crate::pager::Identity;
+        let dir = tempfile::tempdir().expect("test setup");
+        let s = Store::create(dir.path().join("seal.tags"), &CreateOptions::default())
+            .expect("test setup");
+        let mut st = s.write().expect("test setup");
+        let l = st.index.geometry();
+        let (a, b) = (l.primary_start(0), l.primary_start(1));
+        let id = |g| Identity {
+            kind: KIND_PRIMARY,
+            owner: g,
+            ordinal: 0,
+        };
+        let slot = |i: u32| encode(&Tag::new(format!("o{i}"), "r", "s")).expect("test setup");
+        st.pager.begin_bulk(true);
+        for i in 0..5u32 {
+            let at = SlotAddr { block: a, slot: i };
+            st.pager.put_slot(at, id(0), &slot(i), 7, 9).expect("put");
+            let at = SlotAddr { block: b, slot: i };
+            st.pager.put_slot(at, id(1), &slot(i), 7, 9).expect("put");
+        }
+        st.pager
+            .clear_slot(SlotAddr { block: a, slot: 2 })
+            .expect("clear");
+        st.pager.zero_block(b).expect("zero");
+        st.pager.end_bulk().expect("flush");
+        let raw = st.pager.file().block(a).expect("read");
+        let blk = BlockRef(raw);
+        assert!(blk.crc_ok(), "block {a} reached the file sealed");
+        assert_eq!(blk.bitmap(), 0b11011, "puts and the clear of the round");
+        let raw = st.pager.file().block(b).expect("read");
+        assert!(raw.iter().all(|&x| x == 0), "block {b} reached it zeroed");
+    }
+
     /// A panic inside a bulk round (after the object pass was written back,
     /// the subject halves only in private copies) must not let the handle's
     /// drop close the store cleanly: the clean flag would hide the bulk

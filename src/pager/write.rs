@@ -58,17 +58,29 @@ impl Pager {
     ) -> Result<()> {
         self.tick()?;
         let i = addr.slot as usize;
+        // In a bulk write, a block first written by it is sealed once on
+        // its way to the file (`bulk.rs`), not at each put.
+        let bulk = self.bulk.as_ref().map(|w| w.is_unsealed(addr.block));
         let (raw, ops) = self.block_for_slot_op(addr.block, slot_lines(i))?;
         let mut b = BlockMut(raw);
+        let mut defer = false;
         if b.as_ref().is_unwritten() {
             b.set_identity(id.kind, id.owner, id.ordinal);
             b.put(i, slot, kfp, tfp);
-            b.seal();
+            match bulk {
+                Some(_) => defer = true,
+                None => b.seal(),
+            }
+        } else if bulk == Some(true) {
+            b.put(i, slot, kfp, tfp);
         } else {
             b.put_resealed(i, slot, kfp, tfp);
             if let Some(ops) = ops {
                 slot_ops::encode_put(ops, i, b.as_ref().stored_crc(), slot, kfp, tfp);
             }
+        }
+        if let Some(w) = self.bulk.as_mut().filter(|_| defer) {
+            w.defer_seal(addr.block);
         }
         self.mark_verified(addr.block);
         Ok(())
@@ -93,9 +105,16 @@ impl Pager {
     pub fn clear_slot(&mut self, addr: SlotAddr) -> Result<()> {
         self.tick()?;
         let i = addr.slot as usize;
+        let unsealed = self
+            .bulk
+            .as_ref()
+            .is_some_and(|w| w.is_unsealed(addr.block));
         let (raw, ops) = self.block_for_slot_op(addr.block, slot_lines(i))?;
         let mut b = BlockMut(raw);
-        b.clear_resealed(i);
+        match unsealed {
+            true => b.clear(i),
+            false => b.clear_resealed(i),
+        }
         if let Some(ops) = ops {
             slot_ops::encode_clear(ops, i, b.as_ref().stored_crc());
         }
