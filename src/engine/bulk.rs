@@ -151,8 +151,16 @@ impl State {
         let n = match r {
             Ok(n) => n,
             Err(e) => {
-                // Halves written and not: only the reopen's redo agrees them.
+                // Halves written and not: only the reopen's redo agrees
+                // them. A round that failed before its first write-back
+                // (on a corrupt block it read) left the file as it was:
+                // its intent goes, or every read-only open would refuse
+                // the store and the redo would meet the same block.
+                let untouched = self.pager.bulk_wrote_nothing();
                 self.pager.abort_bulk();
+                if untouched {
+                    let _ = self.pager.clear_intent();
+                }
                 return Err(e);
             }
         };

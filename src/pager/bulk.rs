@@ -31,6 +31,9 @@ pub(super) struct BulkWrite {
     free: Vec<Arc<[u8]>>,
     /// The bytes of one run of adjacent blocks, for one `pwrite`.
     run: Vec<u8>,
+    /// A write-back of this bulk write was attempted: the file may hold
+    /// part of it.
+    wrote: bool,
     /// One bit per block whose copy was first written in this bulk write
     /// and is sealed once, on its way to the file, instead of at each slot
     /// put (the CRC updates of a fresh block's 25 puts were a tenth of an
@@ -192,6 +195,7 @@ impl Pager {
         let Some(w) = self.bulk.as_mut() else {
             return Ok(());
         };
+        w.wrote |= !w.order.is_empty();
         let (order, mut run, mut free, mut unsealed) = (
             std::mem::take(&mut w.order),
             std::mem::take(&mut w.run),
@@ -262,6 +266,12 @@ impl Pager {
             (w.run, w.free, w.unsealed) = (run, free, unsealed);
         }
         Ok(())
+    }
+
+    /// True while no write-back of the bulk write in progress was
+    /// attempted: the store file holds nothing of it.
+    pub fn bulk_wrote_nothing(&self) -> bool {
+        self.bulk.as_ref().is_some_and(|w| !w.wrote)
     }
 
     /// Gives up a bulk write that failed: its private copies are dropped
