@@ -54,6 +54,16 @@ pub enum Error {
     SplitPending(PathBuf),
     /// A read-only open found a bulk insert or delete interrupted by a crash, which only a writable open finishes.
     BulkPending(PathBuf),
+    /// The store's journal was written by a newer build (its commits would
+    /// be lost if this build went on without them).
+    UnsupportedJournal {
+        /// The journal file.
+        path: PathBuf,
+        /// Journal version found in it.
+        found: u32,
+        /// Highest journal version this build replays.
+        supported: u32,
+    },
 }
 
 impl Error {
@@ -106,6 +116,15 @@ impl fmt::Display for Error {
                 f,
                 "{}: a bulk insert or delete was interrupted by a crash; open the store for writing once (any `tagstore insert`, `delete` or `maintain`) to finish it",
                 p.display()
+            ),
+            Error::UnsupportedJournal {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{}: journal version {found} is newer than this build replays (up to {supported}); open the store with the build that wrote it (its commits are not lost: nothing was changed)",
+                path.display()
             ),
             Error::Poisoned => write!(
                 f,

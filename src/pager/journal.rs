@@ -309,6 +309,16 @@ impl Journal {
                 break;
             }
             let (version, salt, seq) = (rd32(&h, 4), rd32(&h, 28), rd64(&h, 16));
+            if round.is_none() && &h[0..4] == MAGIC && version > VERSION && rd64(&h, 8) == self.seed
+            {
+                // A newer build's round: replaying none of it, and then
+                // resetting the journal, would drop its durable commits.
+                return Err(Error::UnsupportedJournal {
+                    path: self.path.clone(),
+                    found: version,
+                    supported: VERSION,
+                });
+            }
             if &h[0..4] != MAGIC
                 || ![VERSION, VERSION_4, VERSION_3, VERSION_2, VERSION_1].contains(&version)
                 || rd64(&h, 8) != self.seed
