@@ -668,6 +668,14 @@ fn check_exit_codes_good_and_damaged() {
     // Reading through the damage fails cleanly, naming the block.
     let o = run(&["export", p]);
     fails(&o, &["corrupt", &format!("block {b} ")]);
+    // Damage met at open (the superblock): the message names the file too.
+    let mut img = std::fs::read(&st).expect("read");
+    img[100] ^= 0xFF;
+    std::fs::write(&st, &img).expect("write");
+    for args in [vec!["export", p], vec!["insert", p, "a", "b", "c"]] {
+        let o = run(&args);
+        fails(&o, &["corrupt", &format!("{p}: superblock")]);
+    }
 }
 
 #[test]

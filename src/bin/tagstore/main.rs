@@ -247,6 +247,7 @@ fn open_ro(path: &std::path::Path) -> tagstore::Result<Store> {
             wait: wait(),
         },
     )
+    .map_err(|e| naming(path, e))
 }
 
 /// Opens a store for writing, waiting for its lock as `--wait` says.
@@ -258,6 +259,16 @@ fn open_rw(path: &std::path::Path) -> tagstore::Result<Store> {
             wait: wait(),
         },
     )
+    .map_err(|e| naming(path, e))
+}
+
+/// A corrupt store's error with the file it is about (the library's names
+/// only the block: the caller knows the path).
+fn naming(path: &std::path::Path, e: tagstore::Error) -> tagstore::Error {
+    match e {
+        tagstore::Error::Corrupt(m) => tagstore::Error::Corrupt(format!("{}: {m}", path.display())),
+        e => e,
+    }
 }
 
 fn main() -> ExitCode {
