@@ -7,6 +7,7 @@
 //! block is repaired the store is exactly as before the batch.
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use tagstore::{CreateOptions, Error, Store, Tag};
 
 const BLOCK: usize = 4096;
@@ -25,7 +26,7 @@ fn batch(prefix: &str) -> Vec<Tag> {
 
 /// Flips a byte inside the first slot of the `k`-th written data block of
 /// the file (block 2 on: 0 and 1 are the superblock and the intent block).
-fn damage_written_block(path: &std::path::Path, k: usize) -> usize {
+fn damage_written_block(path: &Path, k: usize) -> usize {
     let mut img = std::fs::read(path).expect("read the store");
     let written: Vec<usize> = (2..img.len() / BLOCK)
         .filter(|&b| img[b * BLOCK + HDR_KIND] != 0)
@@ -36,22 +37,27 @@ fn damage_written_block(path: &std::path::Path, k: usize) -> usize {
     b
 }
 
+/// A store of `batch("o")` in `dir`, one of its written blocks damaged:
+/// its path, its tags and the damaged block.
+fn damaged_store(dir: &Path) -> (PathBuf, Vec<Tag>, usize) {
+    let path = dir.join("damaged.tags");
+    let opts = CreateOptions {
+        seed: Some(7),
+        ..Default::default()
+    };
+    let stored = batch("o");
+    let s = Store::create(&path, &opts).expect("create");
+    s.insert_batch(&stored).1.expect("load");
+    s.close().expect("close");
+    let b = damage_written_block(&path, 3);
+    (path, stored, b)
+}
+
 #[test]
 fn a_bulk_batch_failing_on_a_corrupt_block_leaves_no_redo_and_changes_nothing() {
     for (case, insert) in [("delete", false), ("insert", true)] {
         let dir = tempfile::tempdir().expect("test setup");
-        let path = dir.path().join("damaged.tags");
-        let opts = CreateOptions {
-            seed: Some(7),
-            ..Default::default()
-        };
-        let stored = batch("o");
-        let s = Store::create(&path, &opts).expect("create");
-        let (_, r) = s.insert_batch(&stored);
-        r.expect("load");
-        s.close().expect("close");
-        let b = damage_written_block(&path, 3);
-
+        let (path, stored, b) = damaged_store(dir.path());
         let s = Store::open(&path).expect("open for writing");
         let (out, r) = match insert {
             true => s.insert_batch(&batch("new")),
@@ -102,16 +108,7 @@ fn a_bulk_batch_failing_on_a_corrupt_block_leaves_no_redo_and_changes_nothing() 
 #[test]
 fn the_cli_names_the_lines_in_flight_and_the_block() {
     let dir = tempfile::tempdir().expect("test setup");
-    let path = dir.path().join("damaged.tags");
-    let opts = CreateOptions {
-        seed: Some(7),
-        ..Default::default()
-    };
-    let stored = batch("o");
-    let s = Store::create(&path, &opts).expect("create");
-    s.insert_batch(&stored).1.expect("load");
-    s.close().expect("close");
-    let b = damage_written_block(&path, 3);
+    let (path, stored, b) = damaged_store(dir.path());
     let file = dir.path().join("all.tsv");
     let text: String = stored
         .iter()

@@ -35,6 +35,16 @@ struct Args {
     stores: Vec<PathBuf>,
 }
 
+/// Shuffles `v` (Fisher-Yates over a xorshift generator in state `x`).
+fn shuffle<T>(v: &mut [T], x: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        v.swap(i, (*x % (i as u64 + 1)) as usize);
+    }
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     let text = std::fs::read_to_string(&args.tsv)
@@ -48,22 +58,12 @@ fn main() -> Result<()> {
         weighted.push((t.subject.clone(), t.relationship.clone()));
         subjects.insert((t.subject, t.relationship));
     }
-    // A fixed shuffle of the object keys (xorshift), the same for every store.
+    // A fixed shuffle of the object keys, the same for every store.
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for i in (1..objects.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        objects.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    shuffle(&mut objects, &mut x);
     objects.truncate(args.object_finds);
     // Tag-weighted subject keys: the subject keys of a shuffle of the tags.
-    for i in (1..weighted.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        weighted.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    shuffle(&mut weighted, &mut x);
     weighted.truncate(args.weighted_finds);
     let stores: Vec<Store> = args
         .stores
