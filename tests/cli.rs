@@ -802,6 +802,25 @@ fn usage_errors_exit_2() {
         );
         assert!(stderr(&o).contains("error:") || stderr(&o).contains("Usage"));
     }
+    // `find` without a key names both keys it takes, and refuses both at once.
+    let o = run(&["find", p, "--relationship", "r"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--object") && stderr(&o).contains("--subject"),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "find",
+        p,
+        "--relationship",
+        "r",
+        "--object",
+        "a",
+        "--subject",
+        "b",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     // An incomplete tag is refused without changing the store.
     let o = run(&["insert", p, "a", "b"]);
     assert!(

@@ -72,11 +72,12 @@ enum Cmd {
     /// Delete one tag, or many from a TSV file.
     Delete(Change),
     /// FIND the subjects of an object, or the objects of a subject, one per line.
+    #[command(group(clap::ArgGroup::new("key").required(true).args(["object", "subject"])))]
     Find {
         /// Store file.
         store: PathBuf,
         /// Object to look up (prints its subjects).
-        #[arg(long, conflicts_with = "subject", required_unless_present = "subject")]
+        #[arg(long)]
         object: Option<String>,
         /// Subject to look up (prints its objects).
         #[arg(long)]
