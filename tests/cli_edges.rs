@@ -262,10 +262,23 @@ fn bad_geometry_values_are_usage_errors() {
         );
         assert!(!bad.exists(), "a refused create left {b} behind");
     }
+    // A size past the largest a store may start at names the flag (exit 1,
+    // as README.md has said since format 2).
+    let too_big = |o: std::process::Output| {
+        let e = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(o.status.code(), Some(1), "{e}");
+        assert!(
+            e.contains("--expected-tags 100000000000000: at most"),
+            "{e}"
+        );
+    };
+    too_big(run(&["create", b, "--expected-tags", "100000000000000"]));
+    assert!(!bad.exists(), "a refused create left {b} behind");
     let st = create_small(dir.path(), "m.tags");
     let p = s(&st);
     ok(run(&["insert", p, "a", "b", "c"]));
     let before = std::fs::read(&st).expect("read");
+    too_big(run(&["maintain", p, "--expected-tags", "100000000000000"]));
     usage(
         &run(&["maintain", p, "--blocks-per-secondary", "0"]),
         &["blocks per secondary bucket"],

@@ -327,6 +327,19 @@ impl Buckets {
     }
 }
 
+/// `--expected-tags N` with primary buckets of `bp` blocks: refused (exit
+/// 1, as README.md says), naming the flag and the limit, past the largest
+/// store a size may start.
+fn check_expected_tags(n: u64, bp: u32) -> Result<(), Fail> {
+    let max = Geometry::max_expected_tags(bp);
+    match n > max {
+        true => Err(Fail::Error(format!(
+            "invalid argument: --expected-tags {n}: at most {max} with {bp}-block primary buckets (a store sized for more would need over 8 TiB before its first tag)"
+        ))),
+        false => Ok(()),
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode, Fail> {
     let mut out = Out::new();
     match cli.cmd {
@@ -344,6 +357,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 blocks_per_secondary: buckets.blocks_per_secondary,
                 seed,
             };
+            if let Some(n) = expected_tags.filter(|_| buckets.primary_buckets.is_none()) {
+                check_expected_tags(n, opts.geometry().blocks_per_primary)?;
+            }
             let s = Store::create(&store, &opts)?;
             let g = s.geometry();
             s.close()?;
@@ -457,6 +473,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 let bs = buckets
                     .blocks_per_secondary
                     .unwrap_or(cur.blocks_per_secondary);
+                if let Some(n) = expected_tags.filter(|_| buckets.primary_buckets.is_none()) {
+                    check_expected_tags(n, bp)?;
+                }
                 let mut g = match expected_tags {
                     Some(n) => Geometry::sized(n, bp, bs),
                     None if keep_buckets => Geometry {
