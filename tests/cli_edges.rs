@@ -163,7 +163,8 @@ fn dev_full() -> Stdio {
 }
 
 /// Case: every command with stdout on `/dev/full` must exit 1 with an
-/// `error:` naming stdout, not exit 0 having lost its output.
+/// `error:` naming stdout, not exit 0 having lost its output; one that
+/// changed the store says so.
 #[test]
 fn full_stdout_is_an_error_for_every_command() {
     let (dir, st) = store_with_tags("out.tags", 30);
@@ -209,6 +210,14 @@ fn full_stdout_is_an_error_for_every_command() {
     let o = run_with(&["insert", p, "--file", s(&more)], None, Some(dev_full()));
     fails(&o, &["inserted 3 tags"]);
     ok(run(&["check", p]));
+    // `create` and `maintain` say that their work is done (a retry of the
+    // create would meet "already exists").
+    let again = dir.path().join("again.tags");
+    let o = run_with(&["create", s(&again)], None, Some(dev_full()));
+    fails(&o, &["stdout", "was created"]);
+    assert!(again.exists());
+    let o = run_with(&["maintain", p], None, Some(dev_full()));
+    fails(&o, &["stdout", "was compacted"]);
 }
 
 // --- Item 8: hand-validated usage errors exit 2 ----------------------------------

@@ -371,7 +371,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 g.blocks_per_primary,
                 g.blocks_per_secondary
             );
-            finish(out, ExitCode::SUCCESS)
+            out.finish()
+                .map_err(|e| format!("{e} (the store {} was created)", store.display()))?;
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Insert(c) => change(c, Verb::new(true), out),
         Cmd::Delete(c) => change(c, Verb::new(false), out),
@@ -510,7 +512,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             } else {
                 print_maintain(&mut out, &r);
             }
-            finish(out, ExitCode::SUCCESS)
+            out.finish()
+                .map_err(|e| format!("{e} (the store {} was compacted)", store.display()))?;
+            Ok(ExitCode::SUCCESS)
         }
         // Prints only its `listening on ADDR` line, itself, at once.
         Cmd::Serve(a) => serve::run(a),
