@@ -58,11 +58,16 @@ impl BulkWrite {
         self.unsealed[w] |= 1u64 << (n % 64);
     }
 
-    /// Block `n`'s copy is being written whole (sealed, or zeros): nothing
-    /// to seal on its way to the file.
-    pub(super) fn written_whole(&mut self, n: u64) {
-        if let Some(x) = self.unsealed.get_mut((n / 64) as usize) {
-            *x &= !(1u64 << (n % 64));
+    /// Clears block `n`'s mark; true if it waited to be sealed. (A copy
+    /// written whole, sealed or zeros, has nothing left to seal.)
+    pub(super) fn take_unsealed(&mut self, n: u64) -> bool {
+        let bit = 1u64 << (n % 64);
+        match self.unsealed.get_mut((n / 64) as usize) {
+            Some(x) if *x & bit != 0 => {
+                *x &= !bit;
+                true
+            }
+            _ => false,
         }
     }
 }
@@ -196,11 +201,10 @@ impl Pager {
             return Ok(());
         };
         w.wrote |= !w.order.is_empty();
-        let (order, mut run, mut free, mut unsealed) = (
+        let (order, mut run, mut free) = (
             std::mem::take(&mut w.order),
             std::mem::take(&mut w.run),
             std::mem::take(&mut w.free),
-            std::mem::take(&mut w.unsealed),
         );
         let mut i = 0;
         // The span written, whose write-back starts now (`writeback.rs`,
@@ -215,10 +219,8 @@ impl Pager {
             while i < order.len() && order[i] == next {
                 match self.overlay.remove(&next) {
                     Some(mut img) => {
-                        let (word, bit) = ((next / 64) as usize, 1u64 << (next % 64));
-                        if unsealed.get(word).is_some_and(|x| x & bit != 0) {
+                        if self.bulk.as_mut().is_some_and(|w| w.take_unsealed(next)) {
                             BlockMut(Arc::make_mut(&mut img)).seal();
-                            unsealed[word] &= !bit;
                         }
                         run.extend_from_slice(&img);
                         if Arc::strong_count(&img) == 1 {
@@ -263,7 +265,7 @@ impl Pager {
             self.file.start_writeback(lo, hi - lo);
         }
         if let Some(w) = self.bulk.as_mut() {
-            (w.run, w.free, w.unsealed) = (run, free, unsealed);
+            (w.run, w.free) = (run, free);
         }
         Ok(())
     }

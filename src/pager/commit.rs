@@ -124,7 +124,7 @@ impl Pager {
     /// Block `n` for writing: the private copy in journaled modes, else the map.
     pub(super) fn block_for_write(&mut self, n: u64) -> Result<&mut [u8]> {
         if let Some(w) = self.bulk.as_mut() {
-            w.written_whole(n);
+            w.take_unsealed(n);
         }
         self.block_for_write_lines(n, u64::MAX)
     }
