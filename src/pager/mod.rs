@@ -87,6 +87,9 @@ pub struct Pager {
     ahead_gen: u64,
     /// A bulk write in progress (mapped mode, `bulk.rs`).
     bulk: Option<bulk::BulkWrite>,
+    /// Mapped mode, a split moving tags: the blocks whose puts and clears
+    /// left their CRC for [`Pager::seal_deferred`] (`write.rs`).
+    deferred: Option<Vec<u64>>,
     /// Private copies past which a bulk write goes back to the file.
     bulk_flush_blocks: usize,
     /// Which write-backs of bulk runs start early (`pager/bulk.rs`).
@@ -127,6 +130,7 @@ impl Pager {
             fail_after: None,
             ahead_gen: 0,
             bulk: None,
+            deferred: None,
             bulk_flush_blocks: bulk::BULK_FLUSH_BLOCKS,
             early: bulk::EarlyWriteback::default(),
             virtual_blocks: 0,

@@ -61,6 +61,7 @@ impl Pager {
         // In a bulk write, a block first written by it is sealed once on
         // its way to the file (`bulk.rs`), not at each put.
         let bulk = self.bulk.as_ref().map(|w| w.is_unsealed(addr.block));
+        let later = self.note_deferred(addr.block);
         let (raw, ops) = self.block_for_slot_op(addr.block, slot_lines(i))?;
         let mut b = BlockMut(raw);
         let mut defer = false;
@@ -69,9 +70,10 @@ impl Pager {
             b.put(i, slot, kfp, tfp);
             match bulk {
                 Some(_) => defer = true,
+                None if later => {}
                 None => b.seal(),
             }
-        } else if bulk == Some(true) {
+        } else if bulk == Some(true) || later {
             b.put(i, slot, kfp, tfp);
         } else {
             b.put_resealed(i, slot, kfp, tfp);
@@ -108,7 +110,8 @@ impl Pager {
         let unsealed = self
             .bulk
             .as_ref()
-            .is_some_and(|w| w.is_unsealed(addr.block));
+            .is_some_and(|w| w.is_unsealed(addr.block))
+            || self.note_deferred(addr.block);
         let (raw, ops) = self.block_for_slot_op(addr.block, slot_lines(i))?;
         let mut b = BlockMut(raw);
         match unsealed {
@@ -119,6 +122,48 @@ impl Pager {
             slot_ops::encode_clear(ops, i, b.as_ref().stored_crc());
         }
         Ok(())
+    }
+
+    /// From here until [`Pager::seal_deferred`], slot puts and clears in
+    /// mapped mode (outside a bulk write) leave their block's CRC stale,
+    /// and each block is sealed once at the end: a split's moves resealed
+    /// a block at every slot. A crash in between leaves the split's intent
+    /// record, and the open repairs every block whose CRC is stale
+    /// (`engine/recovery.rs`, `repair_split`).
+    pub fn defer_seals(&mut self) {
+        if self.durability == Durability::None && self.bulk.is_none() {
+            self.deferred = Some(Vec::new());
+        }
+    }
+
+    /// Seals once each block whose seal was deferred since
+    /// [`Pager::defer_seals`], and defers no more.
+    pub fn seal_deferred(&mut self) -> Result<()> {
+        let Some(mut blocks) = self.deferred.take() else {
+            return Ok(());
+        };
+        blocks.sort_unstable();
+        blocks.dedup();
+        for n in blocks {
+            self.tick()?;
+            let mut b = BlockMut(self.file.block_mut(n)?);
+            // A block emptied and zeroed since stays all zeros.
+            if !b.as_ref().is_unwritten() {
+                b.seal();
+            }
+        }
+        Ok(())
+    }
+
+    /// True (and block `n` noted) while seals are deferred.
+    fn note_deferred(&mut self, n: u64) -> bool {
+        match self.deferred.as_mut() {
+            Some(d) => {
+                d.push(n);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Zeroes block `n` (a secondary bucket given back to the free list).

@@ -357,4 +357,57 @@ pub(super) mod tests {
             "given back to the free list"
         );
     }
+
+    /// A split's moves seal each block once, at the end (mapped mode):
+    /// while seals are deferred a put and a clear leave the block's CRC
+    /// stale, `seal_deferred` seals it with every change in it, a block
+    /// zeroed meanwhile stays all zeros, and a journaled store (whose
+    /// slot operations carry the CRC after each) defers nothing.
+    #[test]
+    fn a_split_seals_each_block_it_changes_once_at_the_end() {
+        use crate::format::tag::encode;
+        use crate::format::{BlockRef, SlotAddr, KIND_PRIMARY};
+        use crate::pager::Identity;
+        let dir = tempfile::tempdir().expect("test setup");
+        let s = tiny_store(&dir, 11);
+        let mut st = s.write().expect("test setup");
+        let l = st.index.geometry();
+        let (a, b) = (l.primary_start(0), l.primary_start(1));
+        let id = |g| Identity {
+            kind: KIND_PRIMARY,
+            owner: g,
+            ordinal: 0,
+        };
+        let slot = |i: u32| encode(&crate::Tag::new(format!("o{i}"), "r", "s")).expect("setup");
+        for i in 0..3u32 {
+            let at = SlotAddr { block: a, slot: i };
+            st.pager.put_slot(at, id(0), &slot(i), 7, 9).expect("put");
+        }
+        assert!(BlockRef(st.pager.file().block(a).expect("read")).crc_ok());
+        st.pager.defer_seals();
+        let at = SlotAddr { block: a, slot: 3 };
+        st.pager.put_slot(at, id(0), &slot(3), 7, 9).expect("put");
+        let at = SlotAddr { block: a, slot: 1 };
+        st.pager.clear_slot(at).expect("clear");
+        let at = SlotAddr { block: b, slot: 0 };
+        st.pager.put_slot(at, id(1), &slot(0), 7, 9).expect("put");
+        st.pager.zero_block(b).expect("zero");
+        let blk = BlockRef(st.pager.file().block(a).expect("read"));
+        assert!(!blk.crc_ok(), "block {a}: sealed at a put or clear");
+        st.pager.seal_deferred().expect("seal");
+        let blk = BlockRef(st.pager.file().block(a).expect("read"));
+        assert!(blk.crc_ok(), "block {a} sealed at the end");
+        assert_eq!(blk.bitmap(), 0b1101, "the put and the clear are in it");
+        let raw = st.pager.file().block(b).expect("read");
+        assert!(raw.iter().all(|&x| x == 0), "block {b} stays zeroed");
+        // Journaled: every put is sealed (its slot operation names the CRC).
+        drop(st);
+        s.set_durability(crate::Durability::OnSync).expect("mode");
+        let mut st = s.write().expect("test setup");
+        st.pager.defer_seals();
+        let at = SlotAddr { block: a, slot: 1 };
+        st.pager.put_slot(at, id(0), &slot(1), 7, 9).expect("put");
+        assert!(st.pager.block(a).expect("read").crc_ok());
+        st.pager.seal_deferred().expect("seal");
+    }
 }

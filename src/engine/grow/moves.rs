@@ -63,6 +63,19 @@ impl State {
         level: u32,
         known: Option<[Vec<Moving>; 2]>,
     ) -> Result<()> {
+        // Each block the moves touch is sealed once, after them.
+        self.pager.defer_seals();
+        let r = self.move_split_deferred(old, level, known);
+        let sealed = self.pager.seal_deferred();
+        r.and(sealed)
+    }
+
+    fn move_split_deferred(
+        &mut self,
+        old: u32,
+        level: u32,
+        known: Option<[Vec<Moving>; 2]>,
+    ) -> Result<()> {
         let l = self.index.geometry();
         let new = old + (l.base << level);
         let redo = known.is_none();
