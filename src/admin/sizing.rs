@@ -59,8 +59,10 @@ impl Planner {
         for f in FILLS {
             let n = (tags.max(1) as f64 / (per_bucket * f))
                 .ceil()
-                .clamp(2.0, 1e9) as u32;
-            let n = n + n % 2;
+                .clamp(1.0, 1e9) as u32;
+            // Even, so that pairs fold (`choose`); one bucket, as a fresh
+            // `create` makes, when one holds them all at the fill aimed at.
+            let n = if n == 1 { 1 } else { n + n % 2 };
             if buckets.last() != Some(&n) {
                 buckets.push(n);
                 // The fill the rounded count gives, not the one aimed at.
