@@ -160,20 +160,23 @@ fn set_command(
             } else {
                 Change::Remove
             };
-            let tags: Vec<Tag> = members.iter().map(|m| keys::tag(&key, m)).collect();
             if change == Change::Add {
                 // Refuse an oversized tag before writing any member.
-                if let Some(t) = tags.iter().find(|t| t.encoded_len() > tagstore::SLOT_SIZE) {
-                    return Err(tagstore::Error::TagTooLarge {
-                        needed: t.encoded_len(),
-                        limit: tagstore::SLOT_SIZE,
+                for m in &members {
+                    let needed = keys::with_tag(&key, m, Tag::encoded_len);
+                    if needed > tagstore::SLOT_SIZE {
+                        return Err(tagstore::Error::TagTooLarge {
+                            needed,
+                            limit: tagstore::SLOT_SIZE,
+                        }
+                        .into());
                     }
-                    .into());
                 }
             }
             let mut n = 0;
-            for t in &tags {
-                n += i64::from(keys::apply(store, key.half, t, change)?);
+            for m in &members {
+                let changed = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change))?;
+                n += i64::from(changed);
             }
             resp::int(out, n);
         }
