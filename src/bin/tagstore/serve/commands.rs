@@ -37,7 +37,7 @@ pub struct Effect {
 pub fn execute(
     ctx: &Context<'_>,
     session: &mut Session,
-    args: &[Vec<u8>],
+    args: &[&[u8]],
     out: &mut Vec<u8>,
 ) -> Effect {
     let mut effect = Effect::default();
@@ -147,10 +147,10 @@ impl From<tagstore::Error> for Failure {
 fn set_command(
     store: &Store,
     name: &str,
-    rest: &[Vec<u8>],
+    rest: &[&[u8]],
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
-    let key = keys::parse_key(&rest[0])?;
+    let key = keys::parse_key(rest[0])?;
     let args = &rest[1..];
     match name {
         "sadd" | "srem" => {
@@ -181,7 +181,7 @@ fn set_command(
             resp::int(out, n);
         }
         "sismember" => {
-            let m = keys::member(&args[0])?;
+            let m = keys::member(args[0])?;
             let hit = keys::contains(store, &key, m)?;
             resp::int(out, i64::from(hit));
         }
@@ -210,7 +210,7 @@ fn set_command(
     Ok(())
 }
 
-fn utf8_all(args: &[Vec<u8>]) -> Result<Vec<&str>, String> {
+fn utf8_all<'a>(args: &[&'a [u8]]) -> Result<Vec<&'a str>, String> {
     args.iter().map(|a| keys::member(a)).collect()
 }
 
@@ -218,7 +218,7 @@ fn utf8_all(args: &[Vec<u8>]) -> Result<Vec<&str>, String> {
 fn sscan_command(
     store: &Store,
     key: &Key,
-    args: &[Vec<u8>],
+    args: &[&[u8]],
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
     let (cursor, pattern, count) = scan_options(args)?;
@@ -229,7 +229,7 @@ fn sscan_command(
 
 /// `SCAN cursor [MATCH pattern] [COUNT n]` (a tagstore extension: the keys
 /// the store's tags make, see `scan.rs`).
-fn scan_command(store: &Store, args: &[Vec<u8>], out: &mut Vec<u8>) -> Result<(), Failure> {
+fn scan_command(store: &Store, args: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
     let (cursor, pattern, count) = scan_options(args)?;
     let (keys, next) = scan::page(store, cursor, pattern, count)?;
     page_reply(out, &keys, next);
@@ -247,8 +247,8 @@ fn page_reply(out: &mut Vec<u8>, items: &[String], next: u64) {
 }
 
 /// `cursor [MATCH pattern] [COUNT n]` of SCAN and SSCAN.
-fn scan_options(args: &[Vec<u8>]) -> Result<(u64, Option<&[u8]>, usize), Failure> {
-    let cursor = std::str::from_utf8(&args[0])
+fn scan_options<'a>(args: &[&'a [u8]]) -> Result<(u64, Option<&'a [u8]>, usize), Failure> {
+    let cursor = std::str::from_utf8(args[0])
         .ok()
         .and_then(|c| c.parse::<u64>().ok())
         .ok_or_else(|| "invalid cursor".to_owned())?;
@@ -259,7 +259,7 @@ fn scan_options(args: &[Vec<u8>]) -> Result<(u64, Option<&[u8]>, usize), Failure
             return Err("syntax error".to_owned().into());
         };
         match opt.to_ascii_lowercase().as_slice() {
-            b"match" => pattern = Some(value.as_slice()),
+            b"match" => pattern = Some(*value),
             b"count" => {
                 let n = std::str::from_utf8(value)
                     .ok()
@@ -277,10 +277,10 @@ fn scan_options(args: &[Vec<u8>]) -> Result<(u64, Option<&[u8]>, usize), Failure
 }
 
 /// `AUTH password` or `AUTH default password`.
-fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[Vec<u8>], out: &mut Vec<u8>) {
+fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
     let given = match rest {
         [p] => p,
-        [user, p] if user.as_slice() == b"default" => p,
+        [user, p] if *user == b"default" => p,
         [_, _] => {
             resp::error(
                 out,
@@ -317,7 +317,7 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// `-ERR unknown command 'name', with args beginning with: 'a' 'b' `, as
 /// Redis words it; client bytes are shown escaped and cut short.
-fn unknown(name: &[u8], rest: &[Vec<u8>], out: &mut Vec<u8>) {
+fn unknown(name: &[u8], rest: &[&[u8]], out: &mut Vec<u8>) {
     let show = |b: &[u8]| -> String {
         let s: String = String::from_utf8_lossy(b).escape_default().collect();
         s.chars().take(128).collect()

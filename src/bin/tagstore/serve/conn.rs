@@ -49,6 +49,9 @@ pub struct Conn {
     progress: Instant,
 }
 
+/// Arguments of a request kept on the stack; a request with more takes a vector.
+const FEW_ARGS: usize = 8;
+
 impl Conn {
     /// A new connection, authenticated when no password is set.
     pub fn new(stream: TcpStream, cfg: &Config) -> Conn {
@@ -149,7 +152,38 @@ impl Conn {
                 Ok(Parsed::Skip(k)) => used += k,
                 Ok(Parsed::Request(args, k)) => {
                     used += k;
+                    let args: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
                     let e = commands::execute(ctx, &mut self.session, &args, &mut self.out);
+                    wrote |= e.wrote;
+                    self.closing = e.close;
+                }
+                Ok(Parsed::Multi(k)) => {
+                    // The arguments stay in the input buffer: on the stack
+                    // when few (every set command but a long SADD), no
+                    // allocation at all.
+                    let buf = &self.input[used..used + k];
+                    let mut few: [&[u8]; FEW_ARGS] = [&[]; FEW_ARGS];
+                    let mut many = Vec::new();
+                    let mut n = 0;
+                    for a in self.parsed.args(buf) {
+                        match few.get_mut(n) {
+                            Some(slot) => *slot = a,
+                            None => {
+                                if many.is_empty() {
+                                    many.extend_from_slice(&few);
+                                }
+                                many.push(a);
+                            }
+                        }
+                        n += 1;
+                    }
+                    let args = if many.is_empty() {
+                        &few[..n]
+                    } else {
+                        &many[..]
+                    };
+                    let e = commands::execute(ctx, &mut self.session, args, &mut self.out);
+                    used += k;
                     wrote |= e.wrote;
                     self.closing = e.close;
                 }

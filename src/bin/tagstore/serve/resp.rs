@@ -28,6 +28,9 @@ pub struct Limits {
 pub enum Parsed {
     /// One request (its arguments) and the bytes it used.
     Request(Vec<Vec<u8>>, usize),
+    /// One multibulk request and the bytes it used; its arguments are
+    /// [`Progress::args`] of the same buffer, until the next parse.
+    Multi(usize),
     /// Bytes that carry no request (`*0`, `*-1`, a blank inline line).
     Skip(usize),
     /// Not a whole request yet: read more.
@@ -60,10 +63,31 @@ pub struct Progress {
     need: usize,
 }
 
-/// Parses the request at the front of `buf` (from scratch: tests).
+impl Progress {
+    /// The arguments of the request [`Parsed::Multi`] just returned, in
+    /// `buf`, the buffer it was parsed from (no copies: a pipelined SADD
+    /// allocated a vector per argument).
+    pub fn args<'b>(&self, buf: &'b [u8]) -> impl Iterator<Item = &'b [u8]> + use<'b, '_> {
+        self.spans.iter().map(move |&(s, e)| &buf[s..e])
+    }
+
+    /// Ready for the next request, keeping the room its arguments took.
+    fn reset(&mut self) {
+        self.count = None;
+        self.at = 0;
+        self.need = 0;
+    }
+}
+
+/// Parses the request at the front of `buf` (from scratch: tests), a
+/// multibulk one as [`Parsed::Request`] with its arguments copied.
 #[cfg(test)]
 pub fn parse(buf: &[u8], lim: &Limits) -> Result<Parsed, ProtocolError> {
-    parse_resume(buf, lim, &mut Progress::default())
+    let mut p = Progress::default();
+    Ok(match parse_resume(buf, lim, &mut p)? {
+        Parsed::Multi(n) => Parsed::Request(p.args(buf).map(<[u8]>::to_vec).collect(), n),
+        other => other,
+    })
 }
 
 /// Parses the request at the front of `buf`, resuming from `p` (which must
@@ -79,7 +103,7 @@ pub fn parse_resume(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed
         Some(_) => inline(buf, lim, p),
     };
     if !matches!(r, Ok(Parsed::Incomplete)) {
-        *p = Progress::default();
+        p.reset();
     }
     r
 }
@@ -145,7 +169,8 @@ fn multibulk(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed, Proto
     }
     p.count = Some(count);
     p.at = at;
-    p.spans = Vec::with_capacity((count as usize).min(64));
+    p.spans.clear();
+    p.spans.reserve((count as usize).min(64));
     bulks(buf, lim, p, count)
 }
 
@@ -189,8 +214,7 @@ fn bulks(buf: &[u8], lim: &Limits, p: &mut Progress, count: u64) -> Result<Parse
         p.spans.push((start, end));
         p.at = end + 2;
     }
-    let args = p.spans.iter().map(|&(s, e)| buf[s..e].to_vec()).collect();
-    Ok(Parsed::Request(args, p.at))
+    Ok(Parsed::Multi(p.at))
 }
 
 fn too_big(lim: &Limits) -> String {

@@ -32,6 +32,7 @@ fn parse_all(buf: &[u8], lim: &Limits) -> (Vec<Vec<Vec<u8>>>, Result<usize, Stri
                 assert!(n > 0 && at + n <= buf.len());
                 at += n;
             }
+            Ok(Parsed::Multi(_)) => unreachable!("parse() copies a multibulk request's arguments"),
             Ok(Parsed::Incomplete) => return (reqs, Ok(at)),
             Err(e) => return (reqs, Err(e.0)),
         }
@@ -153,6 +154,10 @@ proptest! {
                 match parse_resume(&input, &LIM, &mut p) {
                     Ok(Parsed::Request(a, n)) => {
                         got.push(a);
+                        input.drain(..n);
+                    }
+                    Ok(Parsed::Multi(n)) => {
+                        got.push(p.args(&input).map(<[u8]>::to_vec).collect());
                         input.drain(..n);
                     }
                     Ok(Parsed::Skip(n)) => {
