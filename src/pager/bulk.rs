@@ -9,6 +9,7 @@
 //! cache whole), never torn; blocks reach the file in the order they were
 //! first changed, so a chain never has a later bucket without the earlier.
 
+use super::bits::BlockBits;
 use super::commit::Durability;
 use super::file;
 use super::Pager;
@@ -38,37 +39,24 @@ pub(super) struct BulkWrite {
     /// and is sealed once, on its way to the file, instead of at each slot
     /// put (the CRC updates of a fresh block's 25 puts were a tenth of an
     /// npm bulk load).
-    unsealed: Vec<u64>,
+    unsealed: BlockBits,
 }
 
 impl BulkWrite {
     /// True when block `n`'s copy waits to be sealed on its way to the file.
     pub(super) fn is_unsealed(&self, n: u64) -> bool {
-        self.unsealed
-            .get((n / 64) as usize)
-            .is_some_and(|x| x & (1u64 << (n % 64)) != 0)
+        self.unsealed.contains(n)
     }
 
     /// Block `n`'s copy is sealed on its way to the file, not now.
     pub(super) fn defer_seal(&mut self, n: u64) {
-        let w = (n / 64) as usize;
-        if self.unsealed.len() <= w {
-            self.unsealed.resize(w + 1, 0);
-        }
-        self.unsealed[w] |= 1u64 << (n % 64);
+        self.unsealed.insert(n);
     }
 
     /// Clears block `n`'s mark; true if it waited to be sealed. (A copy
     /// written whole, sealed or zeros, has nothing left to seal.)
     pub(super) fn take_unsealed(&mut self, n: u64) -> bool {
-        let bit = 1u64 << (n % 64);
-        match self.unsealed.get_mut((n / 64) as usize) {
-            Some(x) if *x & bit != 0 => {
-                *x &= !bit;
-                true
-            }
-            _ => false,
-        }
+        self.unsealed.remove(n)
     }
 }
 
@@ -89,10 +77,10 @@ pub struct EarlyWriteback {
     off: bool,
     /// One bit per block written back early by earlier rounds since the
     /// last sync.
-    done: Vec<u64>,
+    done: BlockBits,
     /// The same for this round (a round may write a few blocks twice
     /// itself: that alone is no reason to stop).
-    round: Vec<u64>,
+    round: BlockBits,
 }
 
 impl EarlyWriteback {
@@ -101,24 +89,16 @@ impl EarlyWriteback {
     fn mark(&mut self, first: u64, end: u64) -> bool {
         let mut fresh = true;
         for b in first..end {
-            let (w, bit) = ((b / 64) as usize, 1u64 << (b % 64));
-            fresh &= self.done.get(w).is_none_or(|x| x & bit == 0);
-            if self.round.len() <= w {
-                self.round.resize(w + 1, 0);
-            }
-            self.round[w] |= bit;
+            fresh &= !self.done.contains(b);
+            self.round.insert(b);
         }
         fresh
     }
 
     /// The round ended: its blocks count as written back by an earlier one.
     fn end_round(&mut self) {
-        if self.done.len() < self.round.len() {
-            self.done.resize(self.round.len(), 0);
-        }
-        for (d, r) in self.done.iter_mut().zip(self.round.drain(..)) {
-            *d |= r;
-        }
+        self.done.union_with(&self.round);
+        self.round.clear();
     }
 
     /// Everything reached the disk: write-backs may start early again.

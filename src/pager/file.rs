@@ -1,6 +1,7 @@
 //! The store file: an exclusively or shared-locked file mapped with memmap2.
 
 use super::ahead::Ahead;
+use super::bits::BlockBits;
 use super::writeback::Writeback;
 use crate::error::{Error, Result};
 use crate::format::BLOCK_SIZE;
@@ -32,7 +33,7 @@ pub struct MappedFile {
     /// or the file is open read-only): one bit per block lying in a hole.
     /// Such a block reads as zeros without touching the map and is backed
     /// before its first write, so a full tmpfs still serves reads and deletes.
-    holes: Option<Vec<u64>>,
+    holes: Option<BlockBits>,
     /// Write-back of bulk runs started in the background.
     writeback: Writeback,
     /// Never-written blocks backed ahead of need (started on first use).
@@ -45,10 +46,10 @@ pub fn is_no_space(e: &Error) -> bool {
 }
 
 /// Blocks of `file` (`len` bytes) that lie wholly in holes, as a bitmap.
-fn scan_holes(file: &File, len: u64) -> Vec<u64> {
+fn scan_holes(file: &File, len: u64) -> BlockBits {
     use std::os::fd::AsRawFd;
     let bs = BLOCK_SIZE as u64;
-    let mut bits = vec![0u64; (len / bs).div_ceil(64) as usize];
+    let mut bits = BlockBits::with_blocks(len / bs);
     let fd = file.as_raw_fd();
     let mut off = 0u64;
     while off < len {
@@ -65,7 +66,7 @@ fn scan_holes(file: &File, len: u64) -> Vec<u64> {
             (data as u64).min(len)
         };
         for b in off.div_ceil(bs)..end / bs {
-            bits[(b / 64) as usize] |= 1 << (b % 64);
+            bits.insert(b);
         }
         if data < 0 {
             break;
@@ -340,10 +341,7 @@ impl MappedFile {
     /// True when block `n` is known to lie in a hole (see `holes`).
     #[inline]
     fn in_hole(&self, n: u64) -> bool {
-        self.holes.as_ref().is_some_and(|h| {
-            h.get((n / 64) as usize)
-                .is_some_and(|w| w & (1 << (n % 64)) != 0)
-        })
+        self.holes.as_ref().is_some_and(|h| h.contains(n))
     }
 
     /// Block `n`, writable.
@@ -396,9 +394,7 @@ impl MappedFile {
         if let Some(h) = self.holes.as_mut() {
             let bs = BLOCK_SIZE as u64;
             for b in off / bs..(off + len).div_ceil(bs) {
-                if let Some(w) = h.get_mut((b / 64) as usize) {
-                    *w &= !(1 << (b % 64));
-                }
+                h.remove(b);
             }
         }
     }
@@ -460,9 +456,9 @@ impl MappedFile {
         if let Some(h) = self.holes.as_mut() {
             // New blocks are holes until backed (the reservation below clears them).
             let bs = BLOCK_SIZE as u64;
-            h.resize((len / bs).div_ceil(64) as usize, 0);
+            h.truncate(len / bs);
             for b in old.div_ceil(bs)..len / bs {
-                h[(b / 64) as usize] |= 1 << (b % 64);
+                h.insert(b);
             }
         }
         if self.tmpfs && len > old {
@@ -472,7 +468,7 @@ impl MappedFile {
                 let _ = self.file.set_len(old);
                 self.len = old;
                 if let Some(h) = self.holes.as_mut() {
-                    h.resize((old / BLOCK_SIZE as u64).div_ceil(64) as usize, 0);
+                    h.truncate(old.div_ceil(BLOCK_SIZE as u64));
                 }
                 return Err(e);
             }

@@ -7,6 +7,7 @@
 //! fault-injection hooks the crash tests use.
 
 mod ahead;
+mod bits;
 mod bulk;
 mod commit;
 mod direct;
@@ -43,7 +44,7 @@ pub struct Pager {
     /// One bit per block: its checksum was verified since open.
     verified: Vec<AtomicU64>,
     /// One bit per block: disk space is known to back it (reserved this session).
-    reserved: Vec<u64>,
+    reserved: bits::BlockBits,
     /// Blocks of newly linked secondary buckets not yet written (never
     /// written before either, so a write of zeros may back them).
     fresh: HashSet<u64>,
@@ -112,7 +113,7 @@ impl Pager {
                 .collect(),
             file,
             geo,
-            reserved: Vec::new(),
+            reserved: bits::BlockBits::default(),
             fresh: HashSet::new(),
             #[cfg(test)]
             backed: HashSet::new(),
@@ -265,11 +266,7 @@ impl Pager {
             self.imaged.retain(|&b| b < end);
             self.zeroed.retain(|&b| b < end);
             self.fresh.retain(|&b| b < end);
-            let w = (end / 64) as usize;
-            if let Some(x) = self.reserved.get_mut(w) {
-                *x &= (1u64 << (end % 64)) - 1;
-            }
-            self.reserved.truncate(w + 1);
+            self.reserved.truncate(end);
             #[cfg(test)]
             self.backed.retain(|&b| b < end);
         }

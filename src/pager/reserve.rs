@@ -8,11 +8,7 @@ impl Pager {
     /// Marks `n` blocks from `first` as backed (they hold data already).
     pub fn mark_reserved(&mut self, first: u64, n: u64) {
         for x in first..first + n {
-            let w = (x / 64) as usize;
-            if self.reserved.len() <= w {
-                self.reserved.resize(w + 1, 0);
-            }
-            self.reserved[w] |= 1u64 << (x % 64);
+            self.reserved.insert(x);
         }
     }
 
@@ -25,16 +21,10 @@ impl Pager {
     /// Blocks marked reserved that this handle never backed (unit tests).
     #[cfg(test)]
     pub fn reserved_unbacked(&self) -> Vec<u64> {
-        let mut out = Vec::new();
-        for (w, bits) in self.reserved.iter().enumerate() {
-            for i in 0..64u64 {
-                let b = w as u64 * 64 + i;
-                if bits & (1 << i) != 0 && !self.backed.contains(&b) {
-                    out.push(b);
-                }
-            }
-        }
-        out
+        self.reserved
+            .iter()
+            .filter(|b| !self.backed.contains(b))
+            .collect()
     }
 
     /// Backs block `b` with disk space before anything reads or writes it
@@ -144,9 +134,7 @@ impl Pager {
     }
 
     fn is_reserved(&self, b: u64) -> bool {
-        self.reserved
-            .get((b / 64) as usize)
-            .is_some_and(|x| x & (1u64 << (b % 64)) != 0)
+        self.reserved.contains(b)
     }
 
     /// Backs `n` never-written blocks from `first` with disk space.
