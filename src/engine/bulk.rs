@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn a_bulk_write_seals_its_fresh_blocks_on_their_way_to_the_file() {
         use crate::format::tag::encode;
-        use crate::format::{BlockRef, SlotAddr, KIND_PRIMARY};
+        use crate::format::{BlockRef, SlotAddr};
         use crate::pager::Identity;
         let dir = tempfile::tempdir().expect("test setup");
         let s = Store::create(dir.path().join("seal.tags"), &CreateOptions::default())
@@ -455,11 +455,7 @@ mod tests {
         let mut st = s.write().expect("test setup");
         let l = st.index.geometry();
         let (a, b) = (l.primary_start(0), l.primary_start(1));
-        let id = |g| Identity {
-            kind: KIND_PRIMARY,
-            owner: g,
-            ordinal: 0,
-        };
+        let id = Identity::primary;
         let slot = |i: u32| encode(&Tag::new(format!("o{i}"), "r", "s")).expect("test setup");
         st.pager.begin_bulk(true);
         for i in 0..5u32 {

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::tag::{decode, used_prefix, SlotView};
 use crate::format::{
-    place, Half, Intent, IntentOp, Place, SlotAddr, SlotBytes, KIND_PRIMARY, KIND_SECONDARY, NONE,
+    place, Half, Intent, IntentOp, Place, SlotAddr, SlotBytes, KIND_SECONDARY, NONE,
     SLOTS_PER_BLOCK,
 };
 use crate::index::{filter_add, Found, SecondaryEntry};
@@ -26,11 +26,7 @@ impl Plan {
     pub(super) fn primary(g: u32, addr: SlotAddr) -> Plan {
         Plan {
             addr,
-            id: Identity {
-                kind: KIND_PRIMARY,
-                owner: g,
-                ordinal: 0,
-            },
+            id: Identity::primary(g),
             sec: None,
             new_link: false,
         }

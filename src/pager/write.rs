@@ -7,7 +7,7 @@ use crate::format::block::slot_lines;
 use crate::format::slot_ops;
 use crate::format::{
     BlockMut, Intent, SlotAddr, SlotBytes, Superblock, BLOCK_SIZE, INTENT_BLOCK, INTENT_LEN,
-    SUPERBLOCK_BLOCK,
+    KIND_PRIMARY, SUPERBLOCK_BLOCK,
 };
 
 /// What a block written for the first time says about itself.
@@ -19,6 +19,17 @@ pub struct Identity {
     pub owner: u32,
     /// Position in the owner's chain (0 in the primary bucket).
     pub ordinal: u32,
+}
+
+impl Identity {
+    /// A block of primary bucket `g`.
+    pub fn primary(g: u32) -> Identity {
+        Identity {
+            kind: KIND_PRIMARY,
+            owner: g,
+            ordinal: 0,
+        }
+    }
 }
 
 impl Pager {

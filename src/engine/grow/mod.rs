@@ -366,18 +366,14 @@ pub(super) mod tests {
     #[test]
     fn a_split_seals_each_block_it_changes_once_at_the_end() {
         use crate::format::tag::encode;
-        use crate::format::{BlockRef, SlotAddr, KIND_PRIMARY};
+        use crate::format::{BlockRef, SlotAddr};
         use crate::pager::Identity;
         let dir = tempfile::tempdir().expect("test setup");
         let s = tiny_store(&dir, 11);
         let mut st = s.write().expect("test setup");
         let l = st.index.geometry();
         let (a, b) = (l.primary_start(0), l.primary_start(1));
-        let id = |g| Identity {
-            kind: KIND_PRIMARY,
-            owner: g,
-            ordinal: 0,
-        };
+        let id = Identity::primary;
         let slot = |i: u32| encode(&crate::Tag::new(format!("o{i}"), "r", "s")).expect("setup");
         for i in 0..3u32 {
             let at = SlotAddr { block: a, slot: i };
