@@ -9,6 +9,8 @@
 
 /// The most bytes an inline command line may take (as Redis).
 pub const MAX_INLINE: usize = 64 * 1024;
+/// Argument spans a connection keeps room for between requests.
+const KEEP_SPANS: usize = 64;
 /// Digits and sign a `*<count>` or `$<len>` header may hold before its CRLF.
 const MAX_HEADER_DIGITS: usize = 20;
 
@@ -68,10 +70,18 @@ impl Progress {
     /// `buf`, the buffer it was parsed from (no copies: a pipelined SADD
     /// allocated a vector per argument).
     pub fn args<'b>(&self, buf: &'b [u8]) -> impl Iterator<Item = &'b [u8]> + use<'b, '_> {
-        self.spans.iter().map(move |&(s, e)| &buf[s..e])
+        self.spans
+            .iter()
+            .map(move |&(s, e)| buf.get(s..e).unwrap_or_default())
     }
 
-    /// Ready for the next request, keeping the room its arguments took.
+    /// Argument spans this connection keeps room for (tests).
+    #[cfg(test)]
+    pub fn spans_room(&self) -> usize {
+        self.spans.capacity()
+    }
+
+    /// Ready for the next request (its arguments stay readable until then).
     fn reset(&mut self) {
         self.count = None;
         self.at = 0;
@@ -169,8 +179,13 @@ fn multibulk(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed, Proto
     }
     p.count = Some(count);
     p.at = at;
+    // The room the last request's spans took is kept, unless a request of
+    // many arguments made it large.
+    if p.spans.capacity() > KEEP_SPANS {
+        p.spans = Vec::new();
+    }
     p.spans.clear();
-    p.spans.reserve((count as usize).min(64));
+    p.spans.reserve((count as usize).min(KEEP_SPANS));
     bulks(buf, lim, p, count)
 }
 

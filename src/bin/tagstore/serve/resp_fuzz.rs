@@ -221,3 +221,29 @@ fn inline_quotes_as_redis() {
     assert!(p("PING \"abc\n").is_err());
     assert!(p("PING \"abc\"def\n").is_err());
 }
+
+/// A request's arguments are read in place until the next parse, and a
+/// connection that once sent many arguments does not keep room for them:
+/// a 200-argument SADD, then a PING, through one `Progress`.
+#[test]
+fn arguments_read_in_place_and_the_room_of_many_given_back() {
+    let big: Vec<Vec<u8>> = std::iter::once(b"SADD".to_vec())
+        .chain((0..200).map(|i| format!("m{i}").into_bytes()))
+        .collect();
+    let mut wire = request(&big);
+    let first = wire.len();
+    wire.extend_from_slice(&request(&[b"PING".to_vec()]));
+    let mut p = Progress::default();
+    let Ok(Parsed::Multi(n)) = parse_resume(&wire, &LIM, &mut p) else {
+        panic!("the SADD parses whole");
+    };
+    assert_eq!(n, first);
+    let got: Vec<Vec<u8>> = p.args(&wire).map(<[u8]>::to_vec).collect();
+    assert_eq!(got, big);
+    let Ok(Parsed::Multi(m)) = parse_resume(&wire[n..], &LIM, &mut p) else {
+        panic!("the PING parses whole");
+    };
+    assert_eq!(m, wire.len() - n);
+    assert_eq!(p.args(&wire[n..]).collect::<Vec<_>>(), [b"PING"]);
+    assert!(p.spans_room() <= 64, "kept room for {}", p.spans_room());
+}
