@@ -97,8 +97,7 @@ pub fn member(raw: &[u8]) -> Result<&str, Refusal> {
     std::str::from_utf8(raw).map_err(|_| "member is not UTF-8".to_owned())
 }
 
-/// The tag a key and one of its members name.
-#[cfg(test)]
+/// The tag a key and one of its members name, in new strings.
 pub fn tag(key: &Key, member: &str) -> Tag {
     let mut t = Tag::new("", "", "");
     fill(&mut t, key, member);
@@ -137,11 +136,7 @@ pub fn with_tag<R>(key: &Key, member: &str, f: impl FnOnce(&Tag) -> R) -> R {
             f(&t)
         }
         // Re-entered (never, on the event loop): a tag of its own.
-        Err(_) => {
-            let mut t = Tag::new("", "", "");
-            fill(&mut t, key, member);
-            f(&t)
-        }
+        Err(_) => f(&tag(key, member)),
     })
 }
 
