@@ -220,6 +220,8 @@ impl Pager {
             // handle is unusable; reopening replays what is durable.
             self.fail();
         })?;
+        // The helper backs the blocks asked for while this commit is written.
+        self.file.send_ahead();
         let (round, overlay) = match self.group.checkpoint_bytes() {
             Some(bytes) => (bytes, bytes.saturating_mul(OVERLAY_PER_JOURNAL)),
             None => (round_limit(self.file.len()), OVERLAY_MAX),

@@ -550,8 +550,15 @@ impl MappedFile {
         if self.ahead.is_none() {
             self.ahead = Ahead::start(&self.file);
         }
-        if let Some(a) = &self.ahead {
+        if let Some(a) = &mut self.ahead {
             a.ask(gen, b);
+        }
+    }
+
+    /// Sends the helper the blocks asked for and not sent yet.
+    pub fn send_ahead(&mut self) {
+        if let Some(a) = &mut self.ahead {
+            a.send();
         }
     }
 
