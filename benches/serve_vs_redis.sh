@@ -13,6 +13,7 @@ bin=${TAGSTORE:-target/release/tagstore}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 if [ "$mode" = fast ]; then n=200000; else n=20000; fi
+n=${REQUESTS:-$n} # REQUESTS=N overrides the requests per test
 
 # Each start sets PID and PORT (run in this shell, so that stop can wait).
 start_tagstore() { # durability
