@@ -290,8 +290,21 @@ pub struct Tags<'s> {
     /// Walking the subject half of a half-only store: a tag whose object
     /// half is stored too was returned already and is skipped.
     skip_object_held: bool,
+    /// A salvage: a slot that does not decode is left out, not an error.
+    salvage: bool,
+    /// Tags returned from the subject half (see [`Tags::from_subject_half`]).
+    from_subject: u64,
     buf: VecDeque<Tag>,
     failed: bool,
+}
+
+impl Tags<'_> {
+    /// How many of the tags returned so far came from the subject half:
+    /// in a half-only store, those whose object half is held elsewhere; in
+    /// a salvage, those whose object half was unreadable.
+    pub fn from_subject_half(&self) -> u64 {
+        self.from_subject
+    }
 }
 
 impl Iterator for Tags<'_> {
@@ -320,12 +333,18 @@ impl Iterator for Tags<'_> {
                     let blk = st.pager.block(b)?;
                     for i in blk.occupied_slots() {
                         let raw = blk.slot(i);
-                        let v = decode(raw).ok_or_else(|| bad_slot(b, i))?;
+                        let Some(v) = decode(raw) else {
+                            if self.salvage {
+                                continue;
+                            }
+                            return Err(bad_slot(b, i));
+                        };
                         if self.skip_object_held {
                             let slot: &SlotBytes = raw.try_into().map_err(|_| bad_slot(b, i))?;
                             if st.contains(slot, Half::Object)? {
                                 continue;
                             }
+                            self.from_subject += 1;
                         }
                         self.buf.push_back(v.to_tag());
                     }
@@ -444,6 +463,24 @@ impl Store {
         t
     }
 
+    /// Streams every tag readable in either half once: the object half's,
+    /// then those of the subject half whose object half is not readable.
+    /// For a store opened with [`Store::open_salvage`]: a tag is lost only
+    /// if both its halves are.
+    pub fn salvaged_tags(&self) -> Tags<'_> {
+        let mut t = self.half_tags(Half::Object);
+        t.then = Some(self.half_tags(Half::Subject).walk);
+        t.salvage = true;
+        t
+    }
+
+    /// The blocks read as empty so far because they fail their checksum or
+    /// do not belong where they lie (a store opened with
+    /// [`Store::open_salvage`]; otherwise none).
+    pub fn unreadable_blocks(&self) -> Vec<u64> {
+        self.read().pager.unreadable()
+    }
+
     /// Streams the tags stored in one half (in a store that is not
     /// half-only, every tag, as [`Store::tags`]).
     pub fn half_tags(&self, half: Half) -> Tags<'_> {
@@ -455,6 +492,8 @@ impl Store {
             walk: ChainWalk::every(first, end, step, None),
             then: None,
             skip_object_held: false,
+            salvage: false,
+            from_subject: 0,
             buf: VecDeque::new(),
             failed: false,
         }

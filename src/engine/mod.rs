@@ -197,7 +197,7 @@ impl Store {
     /// files are used where the target lies.
     pub fn open_with_options(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Store> {
         let path = resolve(path.as_ref())?;
-        Self::open_with(&path, !options.read_only, options.wait)
+        Self::open_with(&path, !options.read_only, options.wait, false)
     }
 
     /// Opens an existing store for reading only (shared lock; many readers).
@@ -218,7 +218,24 @@ impl Store {
         )
     }
 
-    fn open_with(path: &Path, writable: bool, wait: Option<Duration>) -> Result<Store> {
+    /// Opens a damaged store for reading only, to get out what is readable
+    /// ([`Store::salvaged_tags`]).
+    ///
+    /// A block that fails its checksum, or does not belong to the bucket
+    /// it lies in, reads as empty instead of failing the open or the read;
+    /// [`Store::unreadable_blocks`] lists them. Nothing is ever written
+    /// (`options.read_only` is implied; `options.wait` applies).
+    pub fn open_salvage(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Store> {
+        let path = resolve(path.as_ref())?;
+        Self::open_with(&path, false, options.wait, true)
+    }
+
+    fn open_with(
+        path: &Path,
+        writable: bool,
+        wait: Option<Duration>,
+        salvage: bool,
+    ) -> Result<Store> {
         let mut file = MappedFile::open(path, writable, wait)?;
         let mut sb = match Superblock::decode(file.block(SUPERBLOCK_BLOCK)?) {
             Ok(Some(sb)) => sb,
@@ -299,10 +316,13 @@ impl Store {
             None
         };
         let recovered = persisted.is_none();
-        let pager;
+        let mut pager;
         let tables = match persisted {
             Some(t) => {
                 pager = Pager::new(file, geo, sb.seed, path);
+                if salvage {
+                    pager = pager.with_salvage();
+                }
                 t
             }
             None => {
@@ -319,7 +339,14 @@ impl Store {
                     }
                     pager = Pager::new(file, geo, sb.seed, path).with_recovered(overlay, blocks);
                 }
-                Tables::rebuild(&pager, &geo, sec)?
+                if salvage {
+                    pager = pager.with_salvage();
+                    let (t, bad) = Tables::rebuild_salvage(&pager, &geo, sec)?;
+                    pager.hide(&bad);
+                    t
+                } else {
+                    Tables::rebuild(&pager, &geo, sec)?
+                }
             }
         };
         let index = Index::new(tables, geo, sb.seed);

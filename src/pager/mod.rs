@@ -33,9 +33,10 @@ pub use write::Identity;
 use crate::error::{Error, Result};
 use crate::format::{prefetch, BlockRef, Layout, BLOCK_SIZE};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Reads and writes the blocks of one open store file.
 pub struct Pager {
@@ -98,6 +99,10 @@ pub struct Pager {
     /// Read-only recovery: blocks past the file's end up to here exist in
     /// memory only (the overlay's, or zeros). 0 when the file is all.
     virtual_blocks: u64,
+    /// A salvage open: the blocks read as empty because they fail their
+    /// checksum or do not belong where they lie (`None`: such a block is
+    /// an error).
+    salvage: Option<Mutex<BTreeSet<u64>>>,
 }
 
 fn verified_len(file_len: u64) -> usize {
@@ -135,7 +140,32 @@ impl Pager {
             bulk_flush_blocks: bulk::BULK_FLUSH_BLOCKS,
             early: bulk::EarlyWriteback::default(),
             virtual_blocks: 0,
+            salvage: None,
         }
+    }
+
+    /// The same pager for a salvage open: a block that fails its checksum
+    /// reads as empty, and is listed in [`Pager::unreadable`].
+    pub fn with_salvage(mut self) -> Pager {
+        self.salvage = Some(Mutex::new(BTreeSet::new()));
+        self
+    }
+
+    /// A salvage open: blocks `bad` read as empty from now on (the rebuild
+    /// found them not belonging where they lie).
+    pub fn hide(&mut self, bad: &[u64]) {
+        if let Some(s) = &self.salvage {
+            s.lock().unwrap_or_else(PoisonError::into_inner).extend(bad);
+            self.zeroed.extend(bad);
+        }
+    }
+
+    /// A salvage open: the blocks read as empty so far, in order.
+    pub fn unreadable(&self) -> Vec<u64> {
+        self.salvage.as_ref().map_or_else(Vec::new, |s| {
+            let s = s.lock().unwrap_or_else(PoisonError::into_inner);
+            s.iter().copied().collect()
+        })
     }
 
     /// A read-only pager whose reads see `overlay` (the blocks recovery
@@ -205,6 +235,10 @@ impl Pager {
             .ok_or_else(|| Error::corrupt(format!("block {n} lies past the end of the file")))?;
         if cell.load(Ordering::Relaxed) & bit == 0 {
             if !BlockRef(raw).crc_ok() {
+                if let Some(s) = &self.salvage {
+                    s.lock().unwrap_or_else(PoisonError::into_inner).insert(n);
+                    return Ok(BlockRef(&file::ZERO_BLOCK));
+                }
                 return Err(Error::corrupt(format!(
                     "block {n} (byte offset {}) fails its checksum",
                     n * BLOCK_SIZE as u64

@@ -93,6 +93,11 @@ enum Cmd {
     Export {
         /// Store file.
         store: PathBuf,
+        /// A damaged store: read past blocks that fail their checksum, take
+        /// a tag from its subject half when its object half is unreadable,
+        /// and say on stderr what could not be read.
+        #[arg(long)]
+        salvage: bool,
     },
     /// How many objects carry SUBJECT under RELATIONSHIP (from the merged counts).
     Count {
@@ -221,6 +226,11 @@ impl From<Error> for Fail {
                 p.display(),
                 p.display()
             )),
+            // A damaged block: most tags are in two blocks (double tagging).
+            Error::Corrupt(m) if m.contains("fails its checksum") => Fail::Error(format!(
+                "store is corrupt: {m}\nhint: `tagstore export STORE --salvage` prints every tag \
+                 with a readable half (a read-only command: it changes nothing)"
+            )),
             e => Fail::Error(e.to_string()),
         }
     }
@@ -249,6 +259,36 @@ fn open_ro(path: &std::path::Path) -> tagstore::Result<Store> {
         },
     )
     .map_err(|e| naming(path, e))
+}
+
+/// Opens a damaged store for `export --salvage`, waiting as `--wait` says.
+fn open_salvage(path: &std::path::Path) -> tagstore::Result<Store> {
+    let opts = tagstore::OpenOptions {
+        read_only: true,
+        wait: wait(),
+    };
+    Store::open_salvage(path, &opts).map_err(|e| naming(path, e))
+}
+
+/// What `export --salvage` says on stderr once every tag is out.
+fn salvage_summary(tags: u64, from_subject: u64, bad: &[u64]) -> String {
+    let head = format!("salvaged {tags} tags ({from_subject} of them from the subject half)");
+    if bad.is_empty() {
+        return format!("{head}; every block was readable");
+    }
+    let list: Vec<String> = bad.iter().take(20).map(u64::to_string).collect();
+    let more = match bad.len() > 20 {
+        true => format!(" and {} more", bad.len() - 20),
+        false => String::new(),
+    };
+    let blocks = match bad.len() {
+        1 => "1 unreadable block".to_string(),
+        n => format!("{n} unreadable blocks"),
+    };
+    format!(
+        "{head}; {blocks} left out: {}{more} (a tag is lost only if both its halves were in them)",
+        list.join(", ")
+    )
 }
 
 /// Opens a store for writing, waiting for its lock as `--wait` says.
@@ -400,9 +440,18 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             }
             finish(out, ExitCode::SUCCESS)
         }
-        Cmd::Export { store } => {
-            let s = open_ro(&store)?;
-            for (i, t) in s.tags().enumerate() {
+        Cmd::Export { store, salvage } => {
+            let s = match salvage {
+                true => open_salvage(&store)?,
+                false => open_ro(&store)?,
+            };
+            let mut tags = match salvage {
+                true => s.salvaged_tags(),
+                false => s.tags(),
+            };
+            let mut n = 0u64;
+            for (i, t) in (&mut tags).enumerate() {
+                n += 1;
                 let line = tsv::format_tag(&t?);
                 // A load drops a byte order mark at the start of its input:
                 // write one ahead of a first tag that starts with U+FEFF, so
@@ -415,6 +464,12 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 if !say!(out, "{bom}{line}") {
                     break;
                 }
+            }
+            if salvage {
+                eprintln!(
+                    "{}",
+                    salvage_summary(n, tags.from_subject_half(), &s.unreadable_blocks())
+                );
             }
             finish(out, ExitCode::SUCCESS)
         }
