@@ -195,8 +195,8 @@ fn export_salvage_through_the_cli() {
     );
     let err = String::from_utf8_lossy(&plain.stderr);
     assert!(
-        err.contains(&format!("block {b}")),
-        "names the block: {err}"
+        err.contains(&format!("block {b}")) && err.contains("export STORE --salvage"),
+        "names the block and the way out: {err}"
     );
     let o = cli(&["export", p, "--salvage"]);
     assert_eq!(o.status.code(), Some(0), "export --salvage: {o:?}");
