@@ -146,6 +146,16 @@ fn an_unclean_store_with_a_damaged_block_is_salvaged() {
         Store::open_read_only(&path).is_err(),
         "the store was changed"
     );
+    // `check` reports the failed open and still checks the blocks.
+    let _serial = serial();
+    let o = cli(&["check", path.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(1), "check of a damaged store: {o:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("fault: open: ")
+            && out.contains(&format!("fault: block {b}: checksum mismatch")),
+        "check names the failed open and the block: {out}"
+    );
 }
 
 /// Damage in both halves of an unclean store (the tables rebuilt around

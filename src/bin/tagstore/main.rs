@@ -574,8 +574,18 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
         // Prints only its `listening on ADDR` line, itself, at once.
         Cmd::Serve(a) => serve::run(a),
         Cmd::Check { store, json } => {
-            let s = open_ro(&store)?;
-            let r = s.check()?;
+            // A store no plain open takes (a damaged block met by the table
+            // rebuild after an unclean close) is checked as a salvage reads it.
+            let (s, open_fault) = match open_ro(&store) {
+                Ok(s) => (s, None),
+                Err(Error::Corrupt(m)) => (open_salvage(&store)?, Some(m)),
+                Err(e) => return Err(e.into()),
+            };
+            let mut r = s.check()?;
+            if let Some(m) = open_fault {
+                let f = format!("open: {m} (the rest is checked as `export --salvage` reads it)");
+                r.faults.insert(0, f);
+            }
             if json {
                 let j = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
                 say!(out, "{j}");
