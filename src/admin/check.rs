@@ -45,6 +45,13 @@ impl Store {
     /// hold the same tags, and that the persisted counts match the tags.
     pub fn check(&self) -> Result<CheckReport> {
         let mut r = self.check_blocks()?;
+        // A salvage open reads its damaged blocks repaired in memory.
+        for b in self.unreadable_blocks() {
+            r.fault(format!(
+                "block {b}: damaged (fails its checksum, or lies out of place); \
+                 a salvage reads what of it is sound"
+            ));
+        }
         for t in self.removed_temporaries() {
             r.notes.push(format!(
                 "removed stale temporary {} left by an interrupted run",

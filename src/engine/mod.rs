@@ -222,8 +222,12 @@ impl Store {
     /// ([`Store::salvaged_tags`]).
     ///
     /// A block that fails its checksum, or does not belong to the bucket
-    /// it lies in, reads as empty instead of failing the open or the read;
-    /// [`Store::unreadable_blocks`] lists them. Nothing is ever written
+    /// it lies in, is read for what of it is sound (the slots that decode
+    /// and match their fingerprints; nothing of a block whose header is
+    /// gone) instead of failing the open or the read;
+    /// [`Store::unreadable_blocks`] lists them. A split or bulk round a
+    /// crash interrupted is read as it lies (a tag caught between two
+    /// buckets may come twice). Nothing is ever written
     /// (`options.read_only` is implied; `options.wait` applies).
     pub fn open_salvage(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Store> {
         let path = resolve(path.as_ref())?;
@@ -303,14 +307,18 @@ impl Store {
             .as_ref()
             .filter(|i| i.op == IntentOp::Split)
             .map(|i| i.object_identity);
-        if split.is_some() && !writable {
+        // A salvage reads such a store as it lies: a tag caught between two
+        // buckets may come twice, none is missed.
+        if split.is_some() && !writable && !salvage {
             return Err(Error::SplitPending(path.to_path_buf()));
         }
         let bulk = pending.is_some_and(|i| i.op == IntentOp::Bulk);
-        if bulk && !writable {
+        if bulk && !writable && !salvage {
             return Err(Error::BulkPending(path.to_path_buf()));
         }
-        let persisted = if sb.clean() && !replayed {
+        // A salvage reads every block (its damaged ones repaired in memory),
+        // so it rebuilds the tables even after a clean close.
+        let persisted = if sb.clean() && !replayed && !salvage {
             recovery::read_tables(&file, &sb)
         } else {
             None
@@ -320,9 +328,6 @@ impl Store {
         let tables = match persisted {
             Some(t) => {
                 pager = Pager::new(file, geo, sb.seed, path);
-                if salvage {
-                    pager = pager.with_salvage();
-                }
                 t
             }
             None => {
@@ -334,13 +339,24 @@ impl Store {
                     recovery::recover_intent(&mut file, &geo, sb.seed)?;
                     pager = Pager::new(file, geo, sb.seed, path);
                 } else {
+                    let mut damaged = Vec::new();
+                    if salvage {
+                        let end = geo.file_len(sec) / BLOCK_SIZE as u64;
+                        for (n, img) in recovery::salvage_scan(&file, &overlay, &geo, sb.seed, end)?
+                        {
+                            overlay.insert(n, img);
+                            damaged.push(n);
+                        }
+                    }
                     for (n, img) in recovery::intent_redo(&file, &overlay, &geo, sb.seed)? {
                         overlay.insert(n, img);
                     }
                     pager = Pager::new(file, geo, sb.seed, path).with_recovered(overlay, blocks);
+                    if salvage {
+                        pager = pager.with_salvage(damaged);
+                    }
                 }
                 if salvage {
-                    pager = pager.with_salvage();
                     let (t, bad) = Tables::rebuild_salvage(&pager, &geo, sec)?;
                     pager.hide(&bad);
                     t

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::format::hash::{key_fp, key_hash, tag_fp};
-use crate::format::tag::decode;
+use crate::format::tag::{decode, SlotBytes};
 use crate::format::{
     BlockAt, BlockMut, BlockRef, Half, Intent, IntentOp, Layout, SlotAddr, Superblock, BLOCK_SIZE,
     INTENT_BLOCK, INTENT_LEN, KIND_PRIMARY, KIND_SECONDARY, SLOTS_PER_BLOCK,
@@ -125,6 +125,60 @@ pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64)
         fixed += 1;
     }
     Ok(fixed)
+}
+
+/// A salvage's image of block `b`, which fails its checksum: zeros when
+/// its header is gone or names an identity its place in the file does not
+/// have; otherwise only the slots that are marked occupied, decode, and
+/// match both their fingerprints (the key's and the whole tag's), sealed.
+pub fn salvaged_image(raw: &[u8], geo: &Layout, seed: u64, b: u64) -> Box<[u8]> {
+    let r = BlockRef(raw);
+    let mut img: Box<[u8]> = raw.into();
+    let mut m = BlockMut(&mut img);
+    if r.is_unwritten() || !identity_fits(&r, geo, b) {
+        m.0.fill(0);
+        return img;
+    }
+    let half = geo.half_of(r.owner());
+    for i in 0..SLOTS_PER_BLOCK {
+        let blk = m.as_ref();
+        let slot = blk.slot(i);
+        let keep = blk.occupied(i)
+            && decode(slot).is_some_and(|v| {
+                key_fp(key_hash(seed, half, v.relationship, v.key_name(half))) == blk.key_fp(i)
+            })
+            && <&SlotBytes>::try_from(slot).is_ok_and(|s| tag_fp(seed, s) == blk.tag_fp(i));
+        if !keep {
+            m.clear(i);
+        }
+    }
+    m.seal();
+    img
+}
+
+/// The bucket blocks of `file` (up to block `end`) that fail their
+/// checksum, with a salvage's image of each (`overlay`'s images, from a
+/// journal, are whole and left alone).
+pub fn salvage_scan(
+    file: &MappedFile,
+    overlay: &HashMap<u64, Box<[u8]>>,
+    geo: &Layout,
+    seed: u64,
+    end: u64,
+) -> Result<Vec<(u64, Box<[u8]>)>> {
+    let mut out = Vec::new();
+    let last = end.min(file.len() / BLOCK_SIZE as u64);
+    for b in INTENT_BLOCK + 1..last {
+        if overlay.contains_key(&b) {
+            continue;
+        }
+        let raw = file.block(b)?;
+        if BlockRef(raw).crc_ok() || raw.iter().all(|&x| x == 0) {
+            continue;
+        }
+        out.push((b, salvaged_image(raw, geo, seed, b)));
+    }
+    Ok(out)
 }
 
 /// True when block `b`'s header names a whole identity that fits its

@@ -144,10 +144,12 @@ impl Pager {
         }
     }
 
-    /// The same pager for a salvage open: a block that fails its checksum
-    /// reads as empty, and is listed in [`Pager::unreadable`].
-    pub fn with_salvage(mut self) -> Pager {
-        self.salvage = Some(Mutex::new(BTreeSet::new()));
+    /// The same pager for a salvage open: `damaged` (blocks that failed
+    /// their checksum, their sound slots in the overlay) are listed in
+    /// [`Pager::unreadable`], as is any later block that fails its
+    /// checksum, read as empty.
+    pub fn with_salvage(mut self, damaged: Vec<u64>) -> Pager {
+        self.salvage = Some(Mutex::new(damaged.into_iter().collect()));
         self
     }
 

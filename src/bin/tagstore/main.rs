@@ -93,9 +93,9 @@ enum Cmd {
     Export {
         /// Store file.
         store: PathBuf,
-        /// A damaged store: read past blocks that fail their checksum, take
-        /// a tag from its subject half when its object half is unreadable,
-        /// and say on stderr what could not be read.
+        /// A damaged store: read blocks that fail their checksum for their
+        /// sound slots, take a tag from its subject half when its object
+        /// half is unreadable, and say on stderr which blocks were damaged.
         #[arg(long)]
         salvage: bool,
     },
@@ -282,11 +282,11 @@ fn salvage_summary(tags: u64, from_subject: u64, bad: &[u64]) -> String {
         false => String::new(),
     };
     let blocks = match bad.len() {
-        1 => "1 unreadable block".to_string(),
-        n => format!("{n} unreadable blocks"),
+        1 => "1 damaged block".to_string(),
+        n => format!("{n} damaged blocks"),
     };
     format!(
-        "{head}; {blocks} left out: {}{more} (a tag is lost only if both its halves were in them)",
+        "{head}; {blocks}, read for their sound slots only: {}{more} (a tag is lost only if both its halves were in damaged slots)",
         list.join(", ")
     )
 }
