@@ -73,13 +73,23 @@ fn store(dir: &Path, n: u32) -> (std::path::PathBuf, BTreeSet<Tag>) {
     (path, tags)
 }
 
+/// The salvage's tags (each once: asserted), how many came from the
+/// subject half, and the damaged blocks.
 fn salvaged(path: &Path) -> (BTreeSet<Tag>, u64, Vec<u64>) {
+    let (all, from_subject, bad) = salvaged_all(path);
+    let got: BTreeSet<Tag> = all.iter().cloned().collect();
+    assert_eq!(got.len(), all.len(), "the salvage returned a tag twice");
+    (got, from_subject, bad)
+}
+
+/// The salvage's tags as returned (a store left in a split may repeat one).
+fn salvaged_all(path: &Path) -> (Vec<Tag>, u64, Vec<u64>) {
     let s = Store::open_salvage(path, &OpenOptions::default()).expect("salvage open");
     let mut it = s.salvaged_tags();
-    let got: BTreeSet<Tag> = (&mut it).map(|t| t.expect("salvaged tag")).collect();
+    let all: Vec<Tag> = (&mut it).map(|t| t.expect("salvaged tag")).collect();
     let from_subject = it.from_subject_half();
     drop(it);
-    (got, from_subject, s.unreadable_blocks())
+    (all, from_subject, s.unreadable_blocks())
 }
 
 /// Every single damaged bucket block, after a clean close: the plain
@@ -193,9 +203,8 @@ fn an_unclean_store_with_a_damaged_block_is_salvaged() {
 }
 
 /// Damage in both halves of an unclean store (the tables rebuilt around
-/// it, chains closing up over lost secondary buckets): whatever is
-/// returned was stored, and at most the slots of the damaged blocks are
-/// missing.
+/// it): whatever is returned was stored, and at most the slots of the
+/// damaged blocks are missing.
 #[test]
 fn many_damaged_blocks_lose_at_most_their_slots() {
     let dir = tempfile::tempdir().expect("test setup");
@@ -286,7 +295,8 @@ fn a_store_left_in_a_split_with_a_damaged_block_is_salvaged() {
         let b = blocks[blocks.len() / 2];
         damage(&path, &[b]);
         // Listed too: the blocks the split had changed and not yet sealed.
-        let (got, _, bad) = salvaged(&path);
+        let (all, _, bad) = salvaged_all(&path);
+        let got: BTreeSet<Tag> = all.into_iter().collect();
         assert!(
             bad.contains(&(b as u64)),
             "k={k}: the damaged blocks: {bad:?}"
@@ -300,4 +310,40 @@ fn a_store_left_in_a_split_with_a_damaged_block_is_salvaged() {
         assert!(extra.is_empty(), "k={k}: tags never inserted: {extra:?}");
     }
     assert!(cases > 3, "too few crashes inside a split: {cases}");
+}
+
+/// A secondary block whose header's owner is hit: the identity of its
+/// bucket's sound blocks wins, so they are read and only the damaged block
+/// is listed (it no longer fits, and reads as empty); no tag is lost or
+/// doubled.
+#[test]
+fn a_damaged_owner_does_not_take_its_bucket_along() {
+    let dir = tempfile::tempdir().expect("test setup");
+    let path = dir.path().join("s.tags");
+    let tags: BTreeSet<Tag> = (0..1500).map(tag).collect();
+    let opts = tagstore::CreateOptions {
+        blocks_per_secondary: Some(4),
+        ..one_block_buckets(1500, 4, 11)
+    };
+    build_store(&path, &opts, &tags);
+    let img = std::fs::read(&path).expect("read the store");
+    // Kind, owner and position.
+    let id = |b: usize| {
+        let h = &img[b * BLOCK..b * BLOCK + 18];
+        (h[HDR_KIND], h[HDR_OWNER..18].to_vec())
+    };
+    // The first block of a secondary bucket with a second written block.
+    let b = (3..img.len() / BLOCK - 1)
+        .find(|&b| {
+            img[b * BLOCK + HDR_KIND] == KINDS[1] && id(b + 1) == id(b) && id(b - 1) != id(b)
+        })
+        .expect("a secondary bucket of two written blocks");
+    // Another owner of the same half, one that exists: the header still
+    // fits the block's place, and the key fingerprints keep every slot.
+    let mut img = img;
+    img[b * BLOCK + HDR_OWNER] ^= 2;
+    std::fs::write(&path, &img).expect("write the store");
+    let (got, _, bad) = salvaged(&path);
+    assert_eq!(bad, vec![b as u64], "only the damaged block is listed");
+    assert!(got == tags, "the salvage differs from the tags stored");
 }

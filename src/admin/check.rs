@@ -49,7 +49,7 @@ impl Store {
         for b in self.unreadable_blocks() {
             r.fault(format!(
                 "block {b}: damaged (fails its checksum, or lies out of place); \
-                 a salvage reads what of it is sound"
+                 a salvage reads what of it is sound, if anything"
             ));
         }
         for t in self.removed_temporaries() {

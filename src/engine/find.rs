@@ -474,9 +474,9 @@ impl Store {
         t
     }
 
-    /// The blocks read as empty so far because they fail their checksum or
-    /// do not belong where they lie (a store opened with
-    /// [`Store::open_salvage`]; otherwise none).
+    /// The damaged blocks met so far: those that fail their checksum (read
+    /// for their sound slots) or do not belong where they lie (read as
+    /// empty), in a store opened with [`Store::open_salvage`]; otherwise none.
     pub fn unreadable_blocks(&self) -> Vec<u64> {
         self.read().pager.unreadable()
     }

@@ -152,6 +152,7 @@ pub fn salvaged_image(raw: &[u8], geo: &Layout, seed: u64, b: u64) -> Box<[u8]> 
             m.clear(i);
         }
     }
+    m.mask_bitmap();
     m.seal();
     img
 }
@@ -168,12 +169,16 @@ pub fn salvage_scan(
 ) -> Result<Vec<(u64, Box<[u8]>)>> {
     let mut out = Vec::new();
     let last = end.min(file.len() / BLOCK_SIZE as u64);
+    // Positioned reads that skip holes, not page faults: a read error (a
+    // bad sector) is an error here, never a SIGBUS through the map.
+    let mut reader = crate::pager::SeqReader::new(file);
     for b in INTENT_BLOCK + 1..last {
         if overlay.contains_key(&b) {
             continue;
         }
-        let raw = file.block(b)?;
-        if BlockRef(raw).crc_ok() || raw.iter().all(|&x| x == 0) {
+        let raw = reader.block(b)?;
+        let r = BlockRef(raw);
+        if r.crc_ok() || r.is_zero() {
             continue;
         }
         out.push((b, salvaged_image(raw, geo, seed, b)));

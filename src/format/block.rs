@@ -228,6 +228,11 @@ impl BlockMut<'_> {
         self.0[OFF_KIND] = kind;
         compiler_fence(Ordering::SeqCst);
     }
+    /// Clears occupancy bits past the last slot (a damaged header's).
+    pub fn mask_bitmap(&mut self) {
+        let bm = self.as_ref().bitmap() & FULL_MASK;
+        self.set_bitmap(bm);
+    }
     fn set_bitmap(&mut self, v: u32) {
         self.0[OFF_BITMAP..OFF_BITMAP + 4].copy_from_slice(&v.to_le_bytes());
     }

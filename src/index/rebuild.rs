@@ -17,6 +17,8 @@ fn checksum(b: u64) -> Error {
 /// out and list it.
 struct Faults {
     skipped: Option<Vec<u64>>,
+    /// A salvage: the blocks repaired in memory (their header less trusted).
+    damaged: std::collections::BTreeSet<u64>,
 }
 
 impl Faults {
@@ -35,7 +37,11 @@ impl Faults {
 impl Tables {
     /// Rebuilds the tables by reading every block (checksums verified).
     pub fn rebuild(pager: &Pager, geometry: &Layout, secondary: u32) -> Result<Tables> {
-        Self::rebuild_with(pager, geometry, secondary, &mut Faults { skipped: None })
+        let mut f = Faults {
+            skipped: None,
+            damaged: Default::default(),
+        };
+        Self::rebuild_with(pager, geometry, secondary, &mut f)
     }
 
     /// Rebuilds the tables from the blocks that pass their checksum and
@@ -48,6 +54,7 @@ impl Tables {
     ) -> Result<(Tables, Vec<u64>)> {
         let mut f = Faults {
             skipped: Some(Vec::new()),
+            damaged: pager.unreadable().into_iter().collect(),
         };
         let t = Self::rebuild_with(pager, geometry, secondary, &mut f)?;
         Ok((t, f.skipped.unwrap_or_default()))
@@ -86,7 +93,7 @@ impl Tables {
             t.primary[g as usize].used = used;
         }
         // Secondary buckets: identity from their blocks, then chains by ordinal.
-        let mut links: Vec<(u32, u32, u32, Vec<u64>)> = Vec::new();
+        let mut links: Vec<(u32, u32, u32)> = Vec::new();
         for s in 0..secondary {
             let start = geometry.secondary_start(s);
             let mut identity: Option<(u32, u32)> = None;
@@ -94,6 +101,19 @@ impl Tables {
             let mut filter = [0u64; 4];
             let mut written = 0u64;
             let mut kept = Vec::new();
+            if faults.skipped.is_some() {
+                // A salvage: the identity of the blocks that passed their
+                // checksum wins over a repaired block's (its header may be
+                // what the damage hit).
+                for b in start..start + geometry.blocks_per_secondary as u64 {
+                    let blk = BlockRef(reader.block(b)?);
+                    let sound = blk.crc_ok() && !blk.is_unwritten() && blk.kind() == KIND_SECONDARY;
+                    if sound && !faults.damaged.contains(&b) {
+                        identity = Some((blk.owner(), blk.ordinal()));
+                        break;
+                    }
+                }
+            }
             for b in start..start + geometry.blocks_per_secondary as u64 {
                 let blk = BlockRef(reader.block(b)?);
                 if !blk.crc_ok() {
@@ -141,21 +161,13 @@ impl Tables {
             e.used = used;
             e.filter = filter;
             if let Some((owner, ordinal)) = identity {
-                links.push((owner, ordinal, s, kept));
+                links.push((owner, ordinal, s));
             }
         }
-        links.sort_unstable_by_key(|l| (l.0, l.1, l.2));
-        // A salvage: two buckets at one position keep the first; a missing
-        // position closes up (the chain keeps its order).
-        if let Some(skipped) = &mut faults.skipped {
-            links.dedup_by(|b, a| {
-                let same = (a.0, a.1) == (b.0, b.1);
-                if same {
-                    skipped.append(&mut b.3);
-                    t.secondary[b.2 as usize].used = 0;
-                }
-                same
-            });
+        links.sort_unstable();
+        // A salvage: a missing position closes up, and two buckets at one
+        // position both stay (the chain keeps its order; each is read).
+        if faults.skipped.is_some() {
             for w in links.chunk_by_mut(|a, b| a.0 == b.0) {
                 for (k, l) in w.iter_mut().enumerate() {
                     l.1 = k as u32 + 1;
@@ -165,7 +177,7 @@ impl Tables {
         t.free = (0..secondary).collect();
         for w in links.chunk_by(|a, b| a.0 == b.0) {
             let owner = w[0].0;
-            for (k, &(_, ordinal, s, _)) in w.iter().enumerate() {
+            for (k, &(_, ordinal, s)) in w.iter().enumerate() {
                 if ordinal != k as u32 + 1 {
                     return Err(Error::corrupt(format!(
                         "chain of primary bucket {owner}: secondary bucket {s} is at position {ordinal}, expected {}",

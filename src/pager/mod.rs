@@ -154,15 +154,19 @@ impl Pager {
     }
 
     /// A salvage open: blocks `bad` read as empty from now on (the rebuild
-    /// found them not belonging where they lie).
+    /// found them not belonging where they lie), repaired copies included.
     pub fn hide(&mut self, bad: &[u64]) {
         if let Some(s) = &self.salvage {
             s.lock().unwrap_or_else(PoisonError::into_inner).extend(bad);
             self.zeroed.extend(bad);
+            for b in bad {
+                self.overlay.remove(b);
+            }
         }
     }
 
-    /// A salvage open: the blocks read as empty so far, in order.
+    /// A salvage open: the damaged blocks met so far (read for their sound
+    /// slots, or as empty), in order.
     pub fn unreadable(&self) -> Vec<u64> {
         self.salvage.as_ref().map_or_else(Vec::new, |s| {
             let s = s.lock().unwrap_or_else(PoisonError::into_inner);
