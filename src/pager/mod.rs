@@ -99,9 +99,9 @@ pub struct Pager {
     /// Read-only recovery: blocks past the file's end up to here exist in
     /// memory only (the overlay's, or zeros). 0 when the file is all.
     virtual_blocks: u64,
-    /// A salvage open: the blocks read as empty because they fail their
-    /// checksum or do not belong where they lie (`None`: such a block is
-    /// an error).
+    /// A salvage open: the damaged blocks, those that fail their checksum
+    /// (read for their sound slots) or do not belong where they lie (read
+    /// as empty); `None`: such a block is an error.
     salvage: Option<Mutex<BTreeSet<u64>>>,
 }
 
