@@ -109,13 +109,7 @@ pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64)
         } else {
             let half = geo.half_of(m.as_ref().owner());
             for i in 0..SLOTS_PER_BLOCK {
-                let blk = m.as_ref();
-                let keep = blk.occupied(i)
-                    && decode(blk.slot(i)).is_some_and(|v| {
-                        key_fp(key_hash(seed, half, v.relationship, v.key_name(half)))
-                            == blk.key_fp(i)
-                    });
-                if !keep {
+                if !key_sound(&m.as_ref(), i, seed, half) {
                     m.clear(i);
                 }
             }
@@ -142,12 +136,8 @@ pub fn salvaged_image(raw: &[u8], geo: &Layout, seed: u64, b: u64) -> Box<[u8]> 
     let half = geo.half_of(r.owner());
     for i in 0..SLOTS_PER_BLOCK {
         let blk = m.as_ref();
-        let slot = blk.slot(i);
-        let keep = blk.occupied(i)
-            && decode(slot).is_some_and(|v| {
-                key_fp(key_hash(seed, half, v.relationship, v.key_name(half))) == blk.key_fp(i)
-            })
-            && <&SlotBytes>::try_from(slot).is_ok_and(|s| tag_fp(seed, s) == blk.tag_fp(i));
+        let keep = key_sound(&blk, i, seed, half)
+            && <&SlotBytes>::try_from(blk.slot(i)).is_ok_and(|s| tag_fp(seed, s) == blk.tag_fp(i));
         if !keep {
             m.clear(i);
         }
@@ -184,6 +174,15 @@ pub fn salvage_scan(
         out.push((b, salvaged_image(raw, geo, seed, b)));
     }
     Ok(out)
+}
+
+/// True when slot `i` of `blk` (a block of `half`) is marked occupied,
+/// decodes, and its key hashes to the key fingerprint of the header.
+fn key_sound(blk: &BlockRef<'_>, i: usize, seed: u64, half: Half) -> bool {
+    blk.occupied(i)
+        && decode(blk.slot(i)).is_some_and(|v| {
+            key_fp(key_hash(seed, half, v.relationship, v.key_name(half))) == blk.key_fp(i)
+        })
 }
 
 /// True when block `b`'s header names a whole identity that fits its

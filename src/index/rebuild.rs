@@ -139,7 +139,9 @@ impl Tables {
                     continue;
                 }
                 identity = Some(id);
-                kept.push(b);
+                if faults.skipped.is_some() {
+                    kept.push(b);
+                }
                 written = b - start + 1;
                 used += blk.used();
                 for i in blk.occupied_slots() {
