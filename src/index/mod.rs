@@ -109,6 +109,13 @@ impl Index {
         }
     }
 
+    /// Asks the CPU for primary bucket `g`'s slot directory and the first
+    /// line of each of its blocks, as soon as a FIND knows the bucket.
+    pub fn prefetch_first_look(&self, pager: &Pager, g: u32) {
+        self.accel.prefetch_dir(g);
+        pager.prefetch_pages(self.geo.primary_start(g), self.geo.blocks_per_primary);
+    }
+
     /// The blocks among the first `n` of primary bucket `g` whose slot
     /// directory names key fingerprint `fp` (bit `i`: block `i`; the walk
     /// reads blocks past 64 whatever the directory says), after asking
