@@ -149,19 +149,50 @@ impl SlotDirectory {
         let Some(cells) = self.words(k) else {
             return 0;
         };
-        let needle = u64::from(dir_byte(fp)) * 0x0101_0101_0101_0101;
-        let low7 = 0x7F7F_7F7F_7F7F_7F7F;
-        let mut out = 0u32;
-        for (w, cell) in cells.iter().enumerate() {
-            let x = cell.load(Ordering::Relaxed) ^ needle;
-            // The high bit of each zero byte of `x`, exactly.
-            let zero = !(((x & low7) + low7) | x | low7);
-            // The 8 high bits gathered into one byte.
-            let bits = ((zero >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32;
-            out |= bits << (8 * w);
+        let mut w = [0u64; WORDS];
+        for (x, cell) in w.iter_mut().zip(cells) {
+            *x = cell.load(Ordering::Relaxed);
         }
-        out & ALL
+        bytes_equal(&w, dir_byte(fp)) & ALL
     }
+}
+
+/// Bit `i` set where byte `i` of `w` (little-endian words) equals `b`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn bytes_equal(w: &[u64; WORDS], b: u8) -> u32 {
+    // SSE2 is part of every x86_64: two compares of 16 bytes, where the
+    // word-at-a-time form below took ~40 instructions per block.
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set1_epi8, _mm_set_epi64x};
+    // SAFETY: SSE2 is enabled on every x86_64 target; no pointer is read.
+    let (a, c) = unsafe {
+        let needle = _mm_set1_epi8(b as i8);
+        let lo = _mm_set_epi64x(w[1] as i64, w[0] as i64);
+        let hi = _mm_set_epi64x(w[3] as i64, w[2] as i64);
+        (
+            _mm_movemask_epi8(_mm_cmpeq_epi8(lo, needle)),
+            _mm_movemask_epi8(_mm_cmpeq_epi8(hi, needle)),
+        )
+    };
+    (a as u32 & 0xFFFF) | (c as u32 & 0xFFFF) << 16
+}
+
+/// Bit `i` set where byte `i` of `w` (little-endian words) equals `b`.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn bytes_equal(w: &[u64; WORDS], b: u8) -> u32 {
+    let needle = u64::from(b) * 0x0101_0101_0101_0101;
+    let low7 = 0x7F7F_7F7F_7F7F_7F7F;
+    let mut out = 0u32;
+    for (i, v) in w.iter().enumerate() {
+        let x = v ^ needle;
+        // The high bit of each zero byte of `x`, exactly.
+        let zero = !(((x & low7) + low7) | x | low7);
+        // The 8 high bits gathered into one byte.
+        let bits = ((zero >> 7).wrapping_mul(0x0102_0408_1020_4080) >> 56) as u32;
+        out |= bits << (8 * i);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -195,6 +226,27 @@ mod tests {
         assert!(!d.covers(3));
         d.put(3, 0, fp);
         assert_eq!(d.matching(3, 0x7700), ALL);
+    }
+
+    #[test]
+    fn bytes_equal_names_every_equal_byte() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..2000 {
+            let mut w = [0u64; WORDS];
+            for v in &mut w {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Few distinct bytes, so that many are equal.
+                *v = x & 0x0303_0303_0303_0303;
+            }
+            for b in 0..4u8 {
+                let want = (0..32).fold(0u32, |m, i| {
+                    m | (u32::from((w[i / 8] >> (8 * (i % 8))) as u8 == b) << i)
+                });
+                assert_eq!(bytes_equal(&w, b), want);
+            }
+        }
     }
 
     #[test]

@@ -268,6 +268,7 @@ impl Pager {
 
     /// Asks the CPU for the first line of each of blocks `first..first + n`
     /// (a hint): their page walks start before the blocks are read.
+    #[inline]
     pub fn prefetch_pages(&self, first: u64, n: u32) {
         for b in first..first + n as u64 {
             if let Ok(raw) = self.file.block(b) {
