@@ -4,13 +4,13 @@
 # seconds (user + system, from /proc). For A/B runs of two builds:
 #   for r in 1 2 3 4 5 6; do for b in old new; do
 #     echo "$r $b $(benches/serve_cpu.sh /tmp/tagstore-$b 100000 16 immediate)"; done; done
-# Usage: benches/serve_cpu.sh BIN N PIPELINE [DURABILITY]
+# Usage: [CREATE_ARGS="--expected-tags N"] benches/serve_cpu.sh BIN N PIPELINE [DURABILITY]
 # Prints: requests/s, then "cpu" and the server's CPU seconds.
 set -euo pipefail
 bin=$1 n=$2 p=$3 d=${4:-immediate}
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-"$bin" create "$w/t.tags" >/dev/null
+"$bin" create "$w/t.tags" ${CREATE_ARGS:-} >/dev/null
 "$bin" serve "$w/t.tags" --listen 127.0.0.1:0 --durability "$d" >"$w/out" 2>&1 &
 pid=$!
 until grep -q listening "$w/out" 2>/dev/null; do
