@@ -210,6 +210,30 @@ impl<R: BufRead> LineReader<R> {
         Ok(Some(&self.buf[start..]))
     }
 
+    /// After [`LineError::TooLong`], reads past the rest of that line
+    /// without keeping it, so that the next call returns the line after.
+    pub fn skip_rest(&mut self) -> io::Result<()> {
+        loop {
+            let avail = match self.inner.fill_buf() {
+                Ok(a) => a,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if avail.is_empty() {
+                return Ok(());
+            }
+            let (take, done) = match avail.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (avail.len(), false),
+            };
+            self.inner.consume(take);
+            self.bytes += take as u64;
+            if done {
+                return Ok(());
+            }
+        }
+    }
+
     /// Number of the line last returned (or refused, or being read when reading failed), from 1.
     pub fn line_no(&self) -> u64 {
         self.line_no
@@ -260,6 +284,30 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn skip_rest_resumes_at_the_line_after_a_too_long_one() {
+        let long = "y".repeat(3 * MAX_LINE_BYTES);
+        for tail in ["\nb\n", "\nb", "\n", ""] {
+            let input = format!("a\n{long}{tail}");
+            let mut r = LineReader::new(std::io::BufReader::with_capacity(7, input.as_bytes()));
+            assert_eq!(r.next_line().ok().flatten(), Some(&b"a"[..]));
+            assert!(matches!(r.next_line(), Err(LineError::TooLong)));
+            r.skip_rest().expect("in memory");
+            assert_eq!(
+                r.bytes_read(),
+                input.len().min(input.find('b').unwrap_or(input.len())) as u64
+            );
+            let next = r.next_line().ok().flatten().map(<[u8]>::to_vec);
+            assert_eq!(
+                next.as_deref(),
+                tail.contains('b').then_some(&b"b"[..]),
+                "{tail:?}"
+            );
+            assert_eq!(r.line_no(), 2 + u64::from(tail.contains('b')));
+            assert!(matches!(r.next_line(), Ok(None)));
+        }
     }
 
     #[test]

@@ -31,7 +31,12 @@ pub struct Tally {
     pub unchanged: u64,
     /// Lines read.
     pub lines: u64,
+    /// Bad lines skipped (`--skip-bad`).
+    pub skipped: u64,
 }
+
+/// Bad lines named on stderr one by one (`--skip-bad`); the rest are counted.
+const NAMED_SKIPS: u64 = 10;
 
 /// The words of a message about an insert or a delete load.
 #[derive(Clone, Copy)]
@@ -81,10 +86,15 @@ impl Tally {
         )
     }
 
-    /// "deleted N tags (M already absent) from L lines": a finished load.
+    /// "deleted N tags (M already absent) from L lines": a finished load
+    /// (then ", K bad lines skipped" if any were).
     pub fn summary(&self, verb: Verb) -> String {
+        let skipped = match self.skipped {
+            0 => String::new(),
+            k => format!(", {k} bad lines skipped"),
+        };
         format!(
-            "{} {} tags ({} already {}) from {} lines",
+            "{} {} tags ({} already {}) from {} lines{skipped}",
             verb.done(),
             self.changed,
             self.unchanged,
@@ -104,19 +114,34 @@ fn open_input(file: &Path) -> Result<(Box<dyn Read>, Option<u64>), String> {
     Ok((Box::new(f), len))
 }
 
-/// Applies a TSV file to an open store, counting into `tally`.
+/// Applies a TSV file to an open store, counting into `tally`; with
+/// `skip_bad`, a line that is not a valid tag is named on stderr and
+/// skipped instead of stopping the load.
 ///
 /// On error returns the message up to the count: the caller adds
 /// [`Tally::before_error`], which stays exact whatever failed.
-pub fn load(store: &Store, file: &Path, verb: Verb, tally: &mut Tally) -> Result<(), String> {
+pub fn load(
+    store: &Store,
+    file: &Path,
+    verb: Verb,
+    tally: &mut Tally,
+    skip_bad: bool,
+) -> Result<(), String> {
     let (input, total) = open_input(file)?;
     let mut reader = LineReader::new(BufReader::with_capacity(1 << 20, input));
     let bar = match total {
         Some(n) => progress::load_bar(ProgressDrawTarget::stderr(), n),
         None => progress::stream_bar(ProgressDrawTarget::stderr()),
     };
-    let r = read_and_apply(store, file, verb, tally, &mut reader, &bar);
+    let r = read_and_apply(store, file, verb, tally, &mut reader, &bar, skip_bad);
     bar.finish_and_clear();
+    if tally.skipped > NAMED_SKIPS {
+        eprintln!(
+            "{}: {} more bad lines skipped",
+            file.display(),
+            tally.skipped - NAMED_SKIPS
+        );
+    }
     r
 }
 
@@ -127,6 +152,7 @@ fn read_and_apply<R: io::BufRead>(
     tally: &mut Tally,
     reader: &mut LineReader<R>,
     bar: &ProgressBar,
+    skip_bad: bool,
 ) -> Result<(), String> {
     let name = file.display();
     // A file of known length, inserted: once the first chunk tells the
@@ -156,12 +182,24 @@ fn read_and_apply<R: io::BufRead>(
                         false => Ok(t),
                     }),
             ),
-            Err(LineError::TooLong) => Some(Err(format!(
-                "line is longer than {MAX_LINE_BYTES} bytes, more than any tag can need \
-                 ({MAX_TAG_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n; \
-                 write bytes as UTF-8, not as octal or hex escapes); the rest of it was not read"
-            ))),
-            Err(LineError::Io(e)) => Some(Err(format!("reading: {e}"))),
+            Err(LineError::TooLong) => {
+                if skip_bad {
+                    reader
+                        .skip_rest()
+                        .map_err(|e| format!("{name}: line {}: reading: {e}", reader.line_no()))?;
+                }
+                Some(Err(format!(
+                    "line is longer than {MAX_LINE_BYTES} bytes, more than any tag can need \
+                     ({MAX_TAG_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n; \
+                     write bytes as UTF-8, not as octal or hex escapes); the rest of it was not read"
+                )))
+            }
+            Err(LineError::Io(e)) => {
+                // Never skipped: the input itself failed.
+                tally.lines = reader.line_no();
+                apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
+                return Err(format!("{name}: line {}: reading: {e}", reader.line_no()));
+            }
         };
         tally.lines = reader.line_no();
         let Some(parsed) = step else { break };
@@ -169,6 +207,13 @@ fn read_and_apply<R: io::BufRead>(
             Ok(t) => {
                 chunk.push(t);
                 chunk_lines.push(reader.line_no());
+            }
+            Err(m) if skip_bad => {
+                tally.skipped += 1;
+                if tally.skipped <= NAMED_SKIPS {
+                    let line = reader.line_no();
+                    bar.suspend(|| eprintln!("{name}: line {line}: {m}; skipped"));
+                }
             }
             Err(m) => {
                 // The tags before the bad line are applied first, so the count is exact.

@@ -185,6 +185,11 @@ struct Change {
     /// TSV file of object<TAB>relationship<TAB>subject lines; '-' reads stdin.
     #[arg(long)]
     file: Option<PathBuf>,
+    /// With --file: skip a line that is not a valid tag (malformed, not
+    /// UTF-8, longer than a slot holds) instead of stopping; the first 10
+    /// are named on stderr, and the summary counts them all.
+    #[arg(long, requires = "file")]
+    skip_bad: bool,
     /// When changes become durable: `immediate` (each tag), `on-sync` (every
     /// 4096 lines of --file), or `none` (at the end; survives kill -9 but not
     /// power loss before the end).
@@ -621,6 +626,9 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
 fn change(c: Change, verb: Verb, out: Out) -> Result<ExitCode, Fail> {
     let sub = if verb.is_insert() { "insert" } else { "delete" };
     // Checked before the store is opened (clap checks the same; this is the backstop).
+    if c.skip_bad && c.file.is_none() {
+        return Err(Fail::Usage(sub, "--skip-bad applies to --file only".into()));
+    }
     let input = match (c.file, c.object, c.relationship, c.subject) {
         (Some(file), None, None, None) => Ok(file),
         (None, Some(o), Some(r), Some(s)) => Err(Tag::new(o, r, s)),
@@ -638,7 +646,7 @@ fn change(c: Change, verb: Verb, out: Out) -> Result<ExitCode, Fail> {
     }
     match input {
         Err(tag) => change_one(store, &c.store, &tag, verb, out),
-        Ok(file) => change_file(store, &c.store, &file, verb, out),
+        Ok(file) => change_file(store, &c.store, &file, verb, c.skip_bad, out),
     }
 }
 
@@ -684,11 +692,12 @@ fn change_file(
     path: &Path,
     file: &Path,
     verb: Verb,
+    skip_bad: bool,
     mut out: Out,
 ) -> Result<ExitCode, Fail> {
     let started = Instant::now();
     let mut tally = Tally::default();
-    let loaded = load::load(&store, file, verb, &mut tally);
+    let loaded = load::load(&store, file, verb, &mut tally, skip_bad);
     // Whatever happened, close: what was applied is kept if it can be.
     let closed = store.close();
     let applied = tally.before_error(verb);
