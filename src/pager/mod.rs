@@ -259,20 +259,23 @@ impl Pager {
     /// hint: blocks past the end or only in the overlay are skipped).
     #[inline]
     pub fn prefetch_headers(&self, first: u64, n: u32) {
-        for b in first..first + n as u64 {
-            if let Ok(raw) = self.file.block(b) {
-                prefetch(raw, &[0, 64]);
-            }
-        }
+        self.prefetch_lines(first, n, &[0, 64]);
     }
 
     /// Asks the CPU for the first line of each of blocks `first..first + n`
     /// (a hint): their page walks start before the blocks are read.
     #[inline]
     pub fn prefetch_pages(&self, first: u64, n: u32) {
+        self.prefetch_lines(first, n, &[0]);
+    }
+
+    /// Asks for the lines at `offsets` of each of `n` blocks from `first`
+    /// in the map (blocks past the end are skipped).
+    #[inline]
+    fn prefetch_lines(&self, first: u64, n: u32, offsets: &[usize]) {
         for b in first..first + n as u64 {
             if let Ok(raw) = self.file.block(b) {
-                prefetch(raw, &[0]);
+                prefetch(raw, offsets);
             }
         }
     }

@@ -167,6 +167,7 @@ fn read_and_apply<R: io::BufRead>(
     };
     let mut chunk: Vec<Tag> = Vec::with_capacity(CHUNK);
     let mut chunk_lines: Vec<u64> = Vec::with_capacity(CHUNK);
+    let mut unreadable = false;
     loop {
         let step = match reader.next_line() {
             Ok(None) => None,
@@ -196,9 +197,8 @@ fn read_and_apply<R: io::BufRead>(
             }
             Err(LineError::Io(e)) => {
                 // Never skipped: the input itself failed.
-                tally.lines = reader.line_no();
-                apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
-                return Err(format!("{name}: line {}: reading: {e}", reader.line_no()));
+                unreadable = true;
+                Some(Err(format!("reading: {e}")))
             }
         };
         tally.lines = reader.line_no();
@@ -208,7 +208,7 @@ fn read_and_apply<R: io::BufRead>(
                 chunk.push(t);
                 chunk_lines.push(reader.line_no());
             }
-            Err(m) if skip_bad => {
+            Err(m) if skip_bad && !unreadable => {
                 tally.skipped += 1;
                 if tally.skipped <= NAMED_SKIPS {
                     let line = reader.line_no();
