@@ -343,6 +343,82 @@ fn set_commands_match_a_model() {
         }
     }
     assert!(!model.is_empty());
+    // Reads across sets, on keys of one form and mixed: the model's sets
+    // combined.
+    let set_of = |key: &(bool, &String, &String)| -> BTreeSet<String> {
+        let (by_object, r, name) = *key;
+        model
+            .iter()
+            .filter(|t| {
+                &t.1 == r
+                    && if by_object {
+                        &t.0 == name
+                    } else {
+                        &t.2 == name
+                    }
+            })
+            .map(|t| if by_object { t.2.clone() } else { t.0.clone() })
+            .collect()
+    };
+    for step in 0..300 {
+        let n = 1 + rng.below(3);
+        let picked: Vec<(bool, &String, &String)> = (0..n)
+            .map(|_| {
+                let by_object = rng.below(2) == 0;
+                let names = if by_object { &objects } else { &subjects };
+                (by_object, rng.pick(&rels), rng.pick(names))
+            })
+            .collect();
+        let names: Vec<String> = picked
+            .iter()
+            .map(|&(o, r, name)| if o { okey(r, name) } else { skey(r, name) })
+            .collect();
+        let sets: Vec<BTreeSet<String>> = picked.iter().map(set_of).collect();
+        let ctx = format!("step {step}: {names:?}");
+        let call = |c: &mut Client, cmd: &str, extra: &[&str]| {
+            let mut a = vec![cmd];
+            a.extend(extra);
+            a.extend(names.iter().map(String::as_str));
+            c.call(&a)
+        };
+        let inter: BTreeSet<String> = sets[0]
+            .iter()
+            .filter(|m| sets.iter().all(|s| s.contains(*m)))
+            .cloned()
+            .collect();
+        let union: BTreeSet<String> = sets.iter().flatten().cloned().collect();
+        let diff: BTreeSet<String> = sets[0]
+            .iter()
+            .filter(|m| sets[1..].iter().all(|s| !s.contains(*m)))
+            .cloned()
+            .collect();
+        assert_eq!(call(&mut c, "SINTER", &[]).set(), inter, "{ctx}");
+        assert_eq!(call(&mut c, "SUNION", &[]).set(), union, "{ctx}");
+        assert_eq!(call(&mut c, "SDIFF", &[]).set(), diff, "{ctx}");
+        let k = n.to_string();
+        let card = call(&mut c, "SINTERCARD", &[&k]);
+        assert_eq!(card, R::Int(inter.len() as i64), "{ctx}");
+        let mut limited = vec![k.clone()];
+        limited.extend(names.iter().cloned());
+        limited.extend(["LIMIT".to_owned(), "1".to_owned()]);
+        let a: Vec<&str> = std::iter::once("SINTERCARD")
+            .chain(limited.iter().map(String::as_str))
+            .collect();
+        assert_eq!(c.call(&a), R::Int(inter.len().min(1) as i64), "{ctx}");
+        let held = sets.iter().filter(|s| !s.is_empty()).count();
+        assert_eq!(call(&mut c, "EXISTS", &[]), R::Int(held as i64), "{ctx}");
+        let kind = if sets[0].is_empty() { "none" } else { "set" };
+        let got = c.call(&["TYPE", &names[0]]);
+        assert_eq!(got, R::Simple(kind.to_owned()), "{ctx}");
+    }
+    // A malformed key refuses the whole request.
+    let got = c.call(&["SINTER", &okey("photo", "p1"), "nokey"]);
+    assert!(got.err_text().contains("malformed key"), "{got:?}");
+    let got = c.call(&["SINTERCARD", "3", &okey("photo", "p1")]);
+    assert!(
+        got.err_text().contains("greater than number of args"),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -817,6 +893,103 @@ fn a_client_that_stops_reading_is_dropped_and_others_are_served() {
     drop(stuck);
 }
 
+/// What client libraries send when they connect (HELLO, CLIENT, SELECT,
+/// INFO, ECHO) is answered as Redis answers it, behind AUTH as in Redis.
+#[test]
+fn client_set_up_commands_answer_as_redis_does() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &["--requirepass", "pw"]);
+    let mut c = srv.client();
+    // Before AUTH: HELLO without AUTH is refused; INFO, like the set
+    // commands, needs AUTH.
+    assert!(c.call(&["HELLO", "2"]).err_text().starts_with("NOAUTH"));
+    assert!(c.call(&["INFO"]).err_text().starts_with("NOAUTH"));
+    assert!(c
+        .call(&["HELLO", "2", "AUTH", "default", "wrong"])
+        .err_text()
+        .starts_with("WRONGPASS"));
+    // HELLO 2 AUTH authenticates and names the connection.
+    let hello = c.call(&["HELLO", "2", "AUTH", "default", "pw", "SETNAME", "app"]);
+    let R::Arr(pairs) = &hello else {
+        panic!("HELLO: {hello:?}")
+    };
+    assert_eq!(pairs.len(), 14, "{hello:?}");
+    assert_eq!(pairs[0], R::bulk("server"));
+    assert_eq!(&pairs[4..6], &[R::bulk("proto"), R::Int(2)]);
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::bulk("app"));
+    assert_eq!(c.call(&["SADD", "o:5:photo:p1", "sunset"]), R::Int(1));
+    // RESP3 is refused as Redis refuses a version it lacks, so that
+    // clients fall back to RESP2; the connection stays usable.
+    assert!(c.call(&["HELLO", "3"]).err_text().starts_with("NOPROTO"));
+    assert!(c
+        .call(&["HELLO", "x"])
+        .err_text()
+        .contains("not an integer"));
+    assert!(c
+        .call(&["HELLO", "2", "BOGUS"])
+        .err_text()
+        .contains("Syntax error"));
+    // CLIENT.
+    let R::Int(id) = c.call(&["CLIENT", "ID"]) else {
+        panic!("CLIENT ID")
+    };
+    assert_eq!(
+        c.call(&["CLIENT", "SETNAME", "worker-1"]),
+        R::Simple("OK".into())
+    );
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::bulk("worker-1"));
+    assert!(c
+        .call(&["CLIENT", "SETNAME", "a b"])
+        .err_text()
+        .contains("spaces"));
+    let lib = c.call(&["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]);
+    assert_eq!(lib, R::Simple("OK".into()));
+    assert!(c
+        .call(&["CLIENT", "KILL", "x"])
+        .err_text()
+        .contains("unknown subcommand"));
+    let mut other = srv.client();
+    assert!(other.call(&["AUTH", "pw"]) == R::Simple("OK".into()));
+    assert_eq!(
+        other.call(&["CLIENT", "GETNAME"]),
+        R::Nil,
+        "names are per connection"
+    );
+    let R::Int(id2) = other.call(&["CLIENT", "ID"]) else {
+        panic!("CLIENT ID")
+    };
+    assert_ne!(id, id2, "ids are per connection");
+    // SELECT, ECHO.
+    assert_eq!(c.call(&["SELECT", "0"]), R::Simple("OK".into()));
+    assert!(c.call(&["SELECT", "1"]).err_text().contains("out of range"));
+    assert!(c
+        .call(&["SELECT", "x"])
+        .err_text()
+        .contains("not an integer"));
+    assert_eq!(c.call(&["ECHO", "héllo"]), R::bulk("héllo"));
+    // INFO: every section, or those asked for.
+    let R::Bulk(all) = c.call(&["INFO"]) else {
+        panic!("INFO")
+    };
+    let all = String::from_utf8(all).expect("UTF-8");
+    for line in [
+        "redis_version:",
+        "loading:0",
+        "connected_clients:2",
+        "role:master",
+        "tags:1",
+        &format!("tcp_port:{}", srv.addr.port()),
+    ] {
+        assert!(all.contains(line), "{line:?} in {all:?}");
+    }
+    let R::Bulk(one) = c.call(&["INFO", "tagstore"]) else {
+        panic!("INFO tagstore")
+    };
+    let one = String::from_utf8(one).expect("UTF-8");
+    assert!(one.starts_with("# Tagstore\r\ntags:1\r\n"), "{one:?}");
+    assert!(!one.contains("redis_version"), "{one:?}");
+}
+
 #[test]
 fn redis_cli_talks_to_a_node() {
     let found = Command::new("redis-cli")
@@ -869,6 +1042,8 @@ fn redis_cli_talks_to_a_node() {
     lines.sort();
     assert_eq!(lines, ["0", "beach", "sunset"]);
     assert!(cli(&["GET", "x"]).contains("unknown command"));
+    assert!(cli(&["INFO", "server"]).contains("redis_version:"));
+    assert_eq!(cli(&["SINTER", "o:5:photo:p1", "o:5:photo:p2"]), "sunset\n");
     // Interactive mode (it calls COMMAND DOCS first), commands on stdin.
     let mut child = Command::new("redis-cli")
         .args(to_node)

@@ -1,6 +1,8 @@
 //! Command dispatch: one request's arguments in, its reply appended to the
 //! connection's output.
 
+use super::algebra;
+use super::handshake::{self, Facts};
 use super::keys::{self, Change, Key};
 use super::resp;
 use super::scan;
@@ -15,13 +17,29 @@ pub struct Context<'a> {
     pub store: &'a Store,
     /// `--requirepass`, if given.
     pub password: Option<&'a [u8]>,
+    /// What INFO reports.
+    pub facts: &'a Facts,
 }
 
 /// One connection's state.
-#[derive(Default)]
 pub struct Session {
     /// AUTH succeeded (or no password is set).
     pub authed: bool,
+    /// CLIENT ID.
+    pub id: u64,
+    /// CLIENT SETNAME.
+    pub name: Option<Vec<u8>>,
+}
+
+impl Session {
+    /// A new connection's session, authenticated if `authed`.
+    pub fn new(authed: bool) -> Session {
+        Session {
+            authed,
+            id: handshake::next_client_id(),
+            name: None,
+        }
+    }
 }
 
 /// What running a command did besides replying.
@@ -67,6 +85,10 @@ pub fn execute(
             effect.close = true;
             return effect;
         }
+        "hello" => {
+            hello(ctx, session, rest, out);
+            return effect;
+        }
         _ => {}
     }
     if !session.authed {
@@ -75,7 +97,10 @@ pub fn execute(
     }
     let arity_ok = match name {
         "ping" => rest.len() <= 1,
-        "command" => true,
+        "command" | "info" => true,
+        "echo" | "select" | "type" => rest.len() == 1,
+        "client" | "exists" | "sinter" | "sunion" | "sdiff" => !rest.is_empty(),
+        "sintercard" => rest.len() >= 2,
         "scan" => !rest.is_empty(),
         "smembers" | "scard" => rest.len() == 1,
         "sismember" => rest.len() == 2,
@@ -99,6 +124,21 @@ pub fn execute(
         },
         // No command table: an empty array satisfies redis-cli's `COMMAND DOCS`.
         "command" => resp::array(out, 0),
+        "echo" => handshake::echo(rest, out),
+        "select" => handshake::select(rest, out),
+        "client" => handshake::client(session, rest, out),
+        "info" => handshake::info(ctx.store, ctx.facts, rest, out),
+        "sinter" | "sunion" | "sdiff" | "sintercard" | "exists" | "type" => {
+            let r = match name {
+                "sintercard" => algebra::intercard(ctx.store, rest, out),
+                "exists" => algebra::exists_command(ctx.store, rest, out),
+                "type" => algebra::type_command(ctx.store, rest[0], out),
+                _ => algebra::combine(ctx.store, name, rest, out),
+            };
+            if let Err(e) = r {
+                resp::error(out, &format!("ERR {e}"));
+            }
+        }
         "scan" => {
             if let Err(e) = scan_command(ctx.store, rest, out) {
                 resp::error(out, &format!("ERR {e}"));
@@ -308,6 +348,40 @@ fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<
             "WRONGPASS invalid username-password pair or user is disabled.",
         ),
     }
+}
+
+/// `HELLO [2 [AUTH user password] [SETNAME name]]`: RESP2 only (3 is
+/// refused with `NOPROTO`, and clients fall back to RESP2).
+fn hello(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
+    let h = match handshake::parse_hello(rest) {
+        Ok(h) => h,
+        Err(e) => return resp::error(out, &e),
+    };
+    match h.auth {
+        Some((user, given)) => {
+            let ok = user == b"default" && ctx.password.is_none_or(|p| same(p, given));
+            if !ok {
+                return resp::error(
+                    out,
+                    "WRONGPASS invalid username-password pair or user is disabled.",
+                );
+            }
+            session.authed = true;
+        }
+        None if !session.authed => {
+            return resp::error(
+                out,
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise \
+                 the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the \
+                 client and select the RESP protocol version at the same time",
+            )
+        }
+        None => {}
+    }
+    if let Some(name) = h.name {
+        session.name = (!name.is_empty()).then(|| name.to_vec());
+    }
+    handshake::hello_reply(session, out);
 }
 
 /// Compares without stopping at the first differing byte.

@@ -61,9 +61,7 @@ impl Conn {
         Conn {
             stream,
             peer,
-            session: Session {
-                authed: cfg.password.is_none(),
-            },
+            session: Session::new(cfg.password.is_none()),
             input: Vec::new(),
             parsed: Progress::default(),
             out: Vec::new(),

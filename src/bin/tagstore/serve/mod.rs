@@ -14,8 +14,10 @@
 //! outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod algebra;
 mod commands;
 mod conn;
+mod handshake;
 mod keys;
 mod resp;
 #[cfg(test)]
@@ -115,6 +117,11 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         commit: !matches!(a.durability, DurabilityArg::None),
         max_clients: usize::try_from(a.max_clients).unwrap_or(usize::MAX),
         write_timeout: a.write_timeout.0,
+        durability: match a.durability {
+            DurabilityArg::None => "none",
+            DurabilityArg::Immediate => "immediate",
+            DurabilityArg::OnSync => "on-sync",
+        },
     };
     let mut stdout = std::io::stdout();
     if let Err(e) = writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush()) {

@@ -4,7 +4,9 @@
 
 use super::commands::Context;
 use super::conn::Conn;
+use super::handshake::Facts;
 use super::resp::Limits;
+use std::cell::Cell;
 use std::io::{self, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -25,6 +27,8 @@ pub struct Config {
     pub max_clients: usize,
     /// How long a reply may wait for the client to read before the client is dropped.
     pub write_timeout: Duration,
+    /// `--durability`, as given (INFO reports it).
+    pub durability: &'static str,
 }
 
 /// Set by SIGTERM and SIGINT.
@@ -65,9 +69,17 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()> {
     install_signals()?;
     listener.set_nonblocking(true)?;
+    let facts = Facts {
+        started: Instant::now(),
+        port: listener.local_addr().map_or(0, |a| a.port()),
+        max_clients: cfg.max_clients,
+        durability: cfg.durability,
+        clients: Cell::new(0),
+    };
     let ctx = Context {
         store,
         password: cfg.password.as_deref(),
+        facts: &facts,
     };
     let mut listener = Some(listener);
     let mut conns: Vec<Conn> = Vec::new();
@@ -79,6 +91,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
     // the connection stays queued, and polling it again at once would spin.
     let mut accept_rest: Option<Instant> = None;
     loop {
+        facts.clients.set(conns.len());
         if stopping.is_none() && STOP.load(Ordering::SeqCst) {
             stopping = Some(Instant::now());
             listener = None;
