@@ -6,6 +6,9 @@
 #                 (and tagstore --durability on-sync)
 # Prints one CSV line per run: mode,server,pipeline,test,rps,avg,min,p50,p95,p99,max
 # Needs: target/release/tagstore (or $TAGSTORE), redis-server, redis-benchmark.
+# HALF_ONLY=1: the tagstore node is half-only (`serve --half-only`: a SADD
+# stores the half its key names, as Redis stores only the set named; a
+# whole-tag node stores both halves, so `SMEMBERS s:…` sees an `o:` SADD).
 set -euo pipefail
 rounds=${1:-3}
 mode=${2:-fast}
@@ -18,8 +21,9 @@ n=${REQUESTS:-$n} # REQUESTS=N overrides the requests per test
 # Each start sets PID and PORT (run in this shell, so that stop can wait).
 start_tagstore() { # durability
   rm -f "$work"/t.tags* "$work/t.out"
-  "$bin" create "$work/t.tags" >/dev/null
-  "$bin" serve "$work/t.tags" --listen 127.0.0.1:0 --durability "$1" >"$work/t.out" 2>/dev/null &
+  local half=()
+  if [ -n "${HALF_ONLY:-}" ]; then half=(--half-only); else "$bin" create "$work/t.tags" >/dev/null; fi
+  "$bin" serve "$work/t.tags" --listen 127.0.0.1:0 --durability "$1" "${half[@]}" >"$work/t.out" 2>/dev/null &
   PID=$!
   until grep -q listening "$work/t.out" 2>/dev/null; do sleep 0.05; done
   PORT=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$work/t.out")

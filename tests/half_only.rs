@@ -204,3 +204,36 @@ fn one_half_writes_are_refused_on_a_whole_tag_store() {
     ));
     assert_eq!(s.len(), 0, "a refused call changes nothing");
 }
+
+/// `tagstore create --half-only` makes a half-only store sized as asked
+/// (a node pre-sized for its share of a cluster); without the flag the
+/// store keeps whole tags.
+#[test]
+fn the_cli_creates_a_half_only_store_of_the_size_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let create = |name: &str, extra: &[&str]| {
+        let path = dir.path().join(name);
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_tagstore"))
+            .arg("create")
+            .arg(&path)
+            .args(["--expected-tags", "200000"])
+            .args(extra)
+            .output()
+            .expect("run tagstore create");
+        assert!(o.status.success(), "{o:?}");
+        (path, String::from_utf8(o.stdout).expect("UTF-8"))
+    };
+    let (half, said) = create("h.tags", &["--half-only"]);
+    assert!(said.trim_end().ends_with(", half-only"), "{said:?}");
+    let s = Store::open(&half).expect("open");
+    assert!(s.is_half_only());
+    assert!(
+        s.geometry().primary_buckets_per_half > 1,
+        "sized, not grown"
+    );
+    let t = Tag::new("a", "isa", "b");
+    assert!(s.insert_half(Half::Subject, &t).expect("insert a half"));
+    let (whole, said) = create("w.tags", &[]);
+    assert!(!said.contains("half-only"), "{said:?}");
+    assert!(!Store::open(&whole).expect("open").is_half_only());
+}

@@ -66,6 +66,11 @@ enum Cmd {
         /// Hash seed (default: random; fix it only for reproducible images).
         #[arg(long)]
         seed: Option<u64>,
+        /// A half-only store, for a `serve` node behind a proxy: each write
+        /// stores only the half its key names (as `serve --half-only`
+        /// creates, but sized as asked here).
+        #[arg(long)]
+        half_only: bool,
     },
     /// Insert one tag, or many from a TSV file.
     Insert(Change),
@@ -393,6 +398,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             expected_tags,
             buckets,
             seed,
+            half_only,
         } => {
             buckets.check("create")?;
             let opts = CreateOptions {
@@ -405,16 +411,20 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             if let Some(n) = expected_tags.filter(|_| buckets.primary_buckets.is_none()) {
                 check_expected_tags(n, opts.geometry().blocks_per_primary)?;
             }
-            let s = Store::create(&store, &opts)?;
+            let s = match half_only {
+                true => Store::create_half_only(&store, &opts)?,
+                false => Store::create(&store, &opts)?,
+            };
             let g = s.geometry();
             s.close()?;
             say!(
                 out,
-                "created {}: {} primary buckets per half of {} blocks, secondary buckets of {} blocks",
+                "created {}: {} primary buckets per half of {} blocks, secondary buckets of {} blocks{}",
                 store.display(),
                 g.primary_buckets_per_half,
                 g.blocks_per_primary,
-                g.blocks_per_secondary
+                g.blocks_per_secondary,
+                if half_only { ", half-only" } else { "" }
             );
             out.finish()
                 .map_err(|e| format!("{e} (the store {} was created)", store.display()))?;
