@@ -9,6 +9,8 @@
 # HALF_ONLY=1: the tagstore node is half-only (`serve --half-only`: a SADD
 # stores the half its key names, as Redis stores only the set named; a
 # whole-tag node stores both halves, so `SMEMBERS s:…` sees an `o:` SADD).
+# CREATE_ARGS="--expected-tags N": the tagstore node's store is created
+# sized (default: `serve` grows it from empty).
 set -euo pipefail
 rounds=${1:-3}
 mode=${2:-fast}
@@ -22,7 +24,11 @@ n=${REQUESTS:-$n} # REQUESTS=N overrides the requests per test
 start_tagstore() { # durability
   rm -f "$work"/t.tags* "$work/t.out"
   local half=()
-  if [ -n "${HALF_ONLY:-}" ]; then half=(--half-only); else "$bin" create "$work/t.tags" >/dev/null; fi
+  if [ -n "${HALF_ONLY:-}" ] && [ -z "${CREATE_ARGS:-}" ]; then
+    half=(--half-only) # serve creates it
+  else
+    "$bin" create "$work/t.tags" ${HALF_ONLY:+--half-only} ${CREATE_ARGS:-} >/dev/null
+  fi
   "$bin" serve "$work/t.tags" --listen 127.0.0.1:0 --durability "$1" "${half[@]}" >"$work/t.out" 2>/dev/null &
   PID=$!
   until grep -q listening "$work/t.out" 2>/dev/null; do sleep 0.05; done
