@@ -190,9 +190,13 @@ fn chain_holes(st: &State, geo: &crate::format::Layout, g: u32) -> Result<u64> {
         .map(|i| Some(geo.primary_start(g) + i))
         .collect();
     blocks.extend((extent..geo.blocks_per_primary).map(|_| None));
+    // The same for a secondary bucket past its known extent.
+    let accel = &st.index().accel;
     for (s, _) in t.chain(g) {
-        blocks
-            .extend((0..geo.blocks_per_secondary as u64).map(|i| Some(geo.secondary_start(s) + i)));
+        let per = geo.blocks_per_secondary;
+        let n = accel.secondary_extent(s, per);
+        blocks.extend((0..n as u64).map(|i| Some(geo.secondary_start(s) + i)));
+        blocks.extend((n..per).map(|_| None));
     }
     let (mut holes, mut pending) = (0u64, 0u64);
     for b in blocks {
