@@ -44,6 +44,7 @@ impl Store {
     /// Verifies checksums, headers, slots, chains, tables, that both halves
     /// hold the same tags, and that the persisted counts match the tags.
     pub fn check(&self) -> Result<CheckReport> {
+        self.read().pager().read_ahead_for_scan();
         let mut r = self.check_blocks()?;
         // A salvage open reads its damaged blocks repaired in memory.
         for b in self.unreadable_blocks() {

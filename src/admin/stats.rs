@@ -81,6 +81,7 @@ impl Store {
     /// Computes layout statistics (reads every written block header once).
     pub fn stats(&self) -> Result<Stats> {
         let st = self.read();
+        st.pager().read_ahead_for_scan();
         let geo = st.index().geometry();
         let t = &st.index().tables;
         let n = geo.primary_buckets() as usize;

@@ -521,6 +521,13 @@ impl Store {
         self.lock().pager.set_bulk_flush_blocks(flush_blocks);
     }
 
+    /// Bytes of the file a scan of the whole store asked the kernel to
+    /// read ahead so far (whitebox tests).
+    #[cfg(feature = "test-hooks")]
+    pub fn read_ahead_bytes(&self) -> u64 {
+        self.read().pager.read_ahead_bytes()
+    }
+
     /// Long chains (both halves) that have a tag map (tests).
     #[cfg(feature = "test-hooks")]
     pub fn tag_maps(&self) -> usize {

@@ -534,6 +534,25 @@ impl MappedFile {
         }
     }
 
+    /// Asks the kernel to read `[off, off+len)` into the page cache now, in
+    /// large reads (a hint; errors are ignored).
+    pub fn will_need(&self, off: u64, len: u64) {
+        let b = self.bytes();
+        if off.saturating_add(len) > b.len() as u64 {
+            return;
+        }
+        // SAFETY: the range lies inside the live mapping; MADV_WILLNEED only
+        // starts reads into the page cache, changing no byte.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::madvise(
+                b.as_ptr().add(off as usize) as *mut libc::c_void,
+                len as usize,
+                libc::MADV_WILLNEED,
+            );
+        }
+    }
+
     /// Starts writing `[off, off+len)` back to the disk in the background,
     /// so the next sync finds it written or on its way (a hint).
     pub fn start_writeback(&mut self, off: u64, len: u64) {

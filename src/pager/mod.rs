@@ -14,6 +14,7 @@ mod direct;
 mod file;
 mod group;
 mod journal;
+mod readahead;
 mod replay;
 mod reserve;
 mod spare;
@@ -35,7 +36,7 @@ use crate::format::{prefetch, BlockRef, Layout, BLOCK_SIZE};
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Reads and writes the blocks of one open store file.
@@ -99,6 +100,10 @@ pub struct Pager {
     /// Read-only recovery: blocks past the file's end up to here exist in
     /// memory only (the overlay's, or zeros). 0 when the file is all.
     virtual_blocks: u64,
+    /// A scan of the whole store asked for its data ahead already.
+    scanned_ahead: AtomicBool,
+    /// Bytes asked for by [`Pager::read_ahead_for_scan`] (tests).
+    read_ahead: AtomicU64,
     /// A salvage open: the damaged blocks, those that fail their checksum
     /// (read for their sound slots) or do not belong where they lie (read
     /// as empty); `None`: such a block is an error.
@@ -140,6 +145,8 @@ impl Pager {
             bulk_flush_blocks: bulk::BULK_FLUSH_BLOCKS,
             early: bulk::EarlyWriteback::default(),
             virtual_blocks: 0,
+            scanned_ahead: AtomicBool::new(false),
+            read_ahead: AtomicU64::new(0),
             salvage: None,
         }
     }
