@@ -553,6 +553,30 @@ impl MappedFile {
         }
     }
 
+    /// True if the page holding byte `off` of the file is in the page
+    /// cache (`mincore`); false when the system cannot say.
+    pub fn resident(&self, off: u64) -> bool {
+        let b = self.bytes();
+        if off >= b.len() as u64 {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: sysconf reads nothing of ours.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+            let at = off - off % page;
+            let mut v = 0u8;
+            // SAFETY: one page inside the live mapping (page-aligned: the
+            // map starts on a page); mincore writes one byte into `v`.
+            let r = unsafe {
+                libc::mincore(b.as_ptr().add(at as usize) as *mut libc::c_void, 1, &mut v)
+            };
+            r == 0 && v & 1 == 1
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+
     /// Starts writing `[off, off+len)` back to the disk in the background,
     /// so the next sync finds it written or on its way (a hint).
     pub fn start_writeback(&mut self, off: u64, len: u64) {

@@ -10,8 +10,9 @@
 //! read every data run of the file (holes are skipped: reading them would
 //! fill the page cache with zeros) in large reads, while the scan starts.
 //! Only when the store's disk blocks take at most half the machine's
-//! memory: a larger store would evict its own pages before the scan got
-//! to them, so it is scanned as before.
+//! memory (a larger store would evict its own pages before the scan got
+//! to them, so it is scanned as before), and not when a sample of its
+//! blocks finds nearly all of them in the page cache already.
 
 use super::Pager;
 use crate::format::BLOCK_SIZE;
@@ -27,6 +28,9 @@ impl Pager {
         if physical_memory().is_none_or(|ram| self.file.allocated_bytes() > ram / 2) {
             return;
         }
+        if self.mostly_cached() {
+            return;
+        }
         let bs = BLOCK_SIZE as u64;
         let mut at = 0u64;
         while let Some((start, end)) = self.file.next_data_run(at) {
@@ -39,7 +43,30 @@ impl Pager {
             at = end;
         }
     }
+
+    /// True when nearly every data block of up to [`SAMPLES`] spread over
+    /// the file is in the page cache already (a block not cached counts
+    /// only if it holds data): asking for a store already there cost a
+    /// warm `export` of 1.8 GB 0.2 s of walking it.
+    fn mostly_cached(&self) -> bool {
+        let bs = BLOCK_SIZE as u64;
+        let blocks = self.file.len() / bs;
+        let k = SAMPLES.min(blocks);
+        let (mut data, mut cached) = (0u64, 0u64);
+        for j in 0..k {
+            let b = j * blocks / k;
+            if self.file.resident(b * bs) {
+                (data, cached) = (data + 1, cached + 1);
+            } else if self.file.next_data_run(b).is_some_and(|(s, _)| s == b) {
+                data += 1;
+            }
+        }
+        cached * 10 >= data * 9
+    }
 }
+
+/// Blocks sampled for [`Pager::mostly_cached`].
+const SAMPLES: u64 = 256;
 
 impl Pager {
     /// Bytes asked for so far by [`Pager::read_ahead_for_scan`].
