@@ -18,6 +18,11 @@ const CHUNK: usize = 4096;
 /// large takes the library's bulk path, written half by half in bucket order.
 const BULK_CHUNK: usize = 2_097_152;
 
+/// The largest batch an insert of a file of known length makes (the
+/// library's largest bulk round): each batch rewrites nearly every block
+/// of the store, so a file is cut into as few equal batches as fit.
+const BULK_CHUNK_MAX: usize = 4_194_304;
+
 /// A file's estimated line count is raised by 1/this before the store
 /// grows for it (4 %).
 const RESERVE_MARGIN: u64 = 25;
@@ -161,7 +166,7 @@ fn read_and_apply<R: io::BufRead>(
         true => bar.length(),
         false => None,
     };
-    let size = match store.durability() {
+    let mut size = match store.durability() {
         Durability::None => BULK_CHUNK,
         _ => CHUNK,
     };
@@ -230,6 +235,9 @@ fn read_and_apply<R: io::BufRead>(
                 // (0.5 M npm lines estimated 1 % low: 504 MB of file for
                 // 252 MB of buckets), while 4 % too many buckets costs 4 %.
                 let lines = total.saturating_mul(reader.line_no()) / reader.bytes_read().max(1);
+                if size == BULK_CHUNK {
+                    size = even_batches(lines.saturating_add(lines / RESERVE_MARGIN));
+                }
                 // Only the share of the lines the store does not hold yet:
                 // a file inserted again must not grow it.
                 let new = store
@@ -245,6 +253,15 @@ fn read_and_apply<R: io::BufRead>(
         }
     }
     apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)
+}
+
+/// Tags per batch for a file of about `lines` lines: as few equal batches
+/// of at most [`BULK_CHUNK_MAX`] as hold them (5 M lines: two of 2.5 M,
+/// where batches of [`BULK_CHUNK`] made three, each rewriting the store).
+fn even_batches(lines: u64) -> usize {
+    let lines = usize::try_from(lines).unwrap_or(usize::MAX).max(1);
+    let batches = lines.div_ceil(BULK_CHUNK_MAX);
+    lines.div_ceil(batches).clamp(CHUNK, BULK_CHUNK_MAX)
 }
 
 /// Applies a chunk and clears it; an error names the line it stopped at.
@@ -293,4 +310,22 @@ fn apply(
     chunk.clear();
     lines.clear();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{even_batches, BULK_CHUNK_MAX, CHUNK};
+
+    #[test]
+    fn a_file_is_cut_into_as_few_equal_batches_as_fit() {
+        assert_eq!(even_batches(5_200_000), 2_600_000, "two batches, not three");
+        assert_eq!(even_batches(BULK_CHUNK_MAX as u64), BULK_CHUNK_MAX, "one");
+        assert_eq!(
+            even_batches(BULK_CHUNK_MAX as u64 + 1),
+            BULK_CHUNK_MAX / 2 + 1
+        );
+        assert_eq!(even_batches(12_000_000), 4_000_000);
+        assert_eq!(even_batches(100), CHUNK, "never below a journaled chunk");
+        assert_eq!(even_batches(0), CHUNK);
+    }
 }
