@@ -517,38 +517,38 @@ impl MappedFile {
     /// into the address space now (one call instead of a fault per page
     /// on first read); a hint, so errors are ignored.
     pub fn populate(&self, off: u64, len: u64) {
-        let b = self.bytes();
-        if off.saturating_add(len) > b.len() as u64 {
-            return;
-        }
-        // SAFETY: the range lies inside the live mapping; MADV_POPULATE_READ
-        // (Linux 5.14; older kernels refuse it) only faults pages in,
-        // changing no byte.
+        // MADV_POPULATE_READ (Linux 5.14; older kernels refuse it) only
+        // faults pages in.
         #[cfg(target_os = "linux")]
-        unsafe {
-            libc::madvise(
-                b.as_ptr().add(off as usize) as *mut libc::c_void,
-                len as usize,
-                libc::MADV_POPULATE_READ,
-            );
-        }
+        self.advise(off, len, libc::MADV_POPULATE_READ);
+        #[cfg(not(target_os = "linux"))]
+        let _ = (off, len);
     }
 
     /// Asks the kernel to read `[off, off+len)` into the page cache now, in
     /// large reads (a hint; errors are ignored).
     pub fn will_need(&self, off: u64, len: u64) {
+        #[cfg(target_os = "linux")]
+        self.advise(off, len, libc::MADV_WILLNEED);
+        #[cfg(not(target_os = "linux"))]
+        let _ = (off, len);
+    }
+
+    /// `madvise(advice)` over `[off, off+len)` of the map, if it lies
+    /// inside; for advice that changes no byte (errors are ignored).
+    #[cfg(target_os = "linux")]
+    fn advise(&self, off: u64, len: u64, advice: libc::c_int) {
         let b = self.bytes();
         if off.saturating_add(len) > b.len() as u64 {
             return;
         }
-        // SAFETY: the range lies inside the live mapping; MADV_WILLNEED only
-        // starts reads into the page cache, changing no byte.
-        #[cfg(target_os = "linux")]
+        // SAFETY: the range lies inside the live mapping, and the callers'
+        // advice (POPULATE_READ, WILLNEED) only reads pages in.
         unsafe {
             libc::madvise(
                 b.as_ptr().add(off as usize) as *mut libc::c_void,
                 len as usize,
-                libc::MADV_WILLNEED,
+                advice,
             );
         }
     }
