@@ -83,10 +83,28 @@ fn the_first_scan_reads_the_data_runs_ahead_once() {
     s.check().expect("check");
     assert_eq!(s.read_ahead_bytes(), asked, "once per handle");
     drop(s);
-    // A store in the page cache already is not asked for again.
+    // In the page cache now: not asked for again by the next handle.
     let s = Store::open(&path).expect("open");
     assert_eq!(s.stats().expect("stats").tags, 3_000);
     assert_eq!(s.read_ahead_bytes(), 0, "cached: nothing asked for");
+    drop(s);
+
+    // A store grown to its tags is dense: cold, it is asked for; in the
+    // page cache already, it is not.
+    let dense = dir.path().join("d.tags");
+    let d = Store::create(&dense, &CreateOptions::default()).expect("create");
+    let many: Vec<Tag> = (0..60_000).map(tag).collect();
+    let (_, r) = d.insert_batch(&many);
+    r.expect("insert_batch");
+    d.close().expect("close");
+    evict(&dense);
+    let d = Store::open(&dense).expect("open");
+    assert_eq!(d.stats().expect("stats").tags, 60_000);
+    assert!(d.read_ahead_bytes() > 0, "cold: asked for");
+    drop(d);
+    let d = Store::open(&dense).expect("open");
+    assert_eq!(d.stats().expect("stats").tags, 60_000);
+    assert_eq!(d.read_ahead_bytes(), 0, "cached: nothing asked for");
 }
 
 fn on_tmpfs(dir: &std::path::Path) -> bool {

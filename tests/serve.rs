@@ -929,6 +929,9 @@ fn client_set_up_commands_answer_as_redis_does() {
         .call(&["HELLO", "2", "BOGUS"])
         .err_text()
         .contains("Syntax error"));
+    let bad_name = c.call(&["HELLO", "2", "SETNAME", "a b"]);
+    assert!(bad_name.err_text().contains("spaces"), "{bad_name:?}");
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::bulk("app"), "unchanged");
     // CLIENT.
     let R::Int(id) = c.call(&["CLIENT", "ID"]) else {
         panic!("CLIENT ID")

@@ -542,6 +542,11 @@ impl MappedFile {
         if off.saturating_add(len) > b.len() as u64 {
             return;
         }
+        // madvise wants a page-aligned start (pages may be larger than a
+        // block: 16 or 64 KB on some arm64 and ppc64 kernels).
+        // SAFETY: sysconf reads nothing of ours.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+        let (off, len) = (off - off % page, len + off % page);
         // SAFETY: the range lies inside the live mapping, and the callers'
         // advice (POPULATE_READ, WILLNEED) only reads pages in.
         unsafe {

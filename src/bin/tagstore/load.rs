@@ -257,11 +257,13 @@ fn read_and_apply<R: io::BufRead>(
 
 /// Tags per batch for a file of about `lines` lines: as few equal batches
 /// of at most [`BULK_CHUNK_MAX`] as hold them (5 M lines: two of 2.5 M,
-/// where batches of [`BULK_CHUNK`] made three, each rewriting the store).
+/// where batches of [`BULK_CHUNK`] made three, each rewriting the store);
+/// never fewer than [`BULK_CHUNK`] (an estimate from the first lines that
+/// runs low must not make more batches than before).
 fn even_batches(lines: u64) -> usize {
     let lines = usize::try_from(lines).unwrap_or(usize::MAX).max(1);
     let batches = lines.div_ceil(BULK_CHUNK_MAX);
-    lines.div_ceil(batches).clamp(CHUNK, BULK_CHUNK_MAX)
+    lines.div_ceil(batches).clamp(BULK_CHUNK, BULK_CHUNK_MAX)
 }
 
 /// Applies a chunk and clears it; an error names the line it stopped at.
@@ -314,7 +316,7 @@ fn apply(
 
 #[cfg(test)]
 mod tests {
-    use super::{even_batches, BULK_CHUNK_MAX, CHUNK};
+    use super::{even_batches, BULK_CHUNK, BULK_CHUNK_MAX};
 
     #[test]
     fn a_file_is_cut_into_as_few_equal_batches_as_fit() {
@@ -325,7 +327,8 @@ mod tests {
             BULK_CHUNK_MAX / 2 + 1
         );
         assert_eq!(even_batches(12_000_000), 4_000_000);
-        assert_eq!(even_batches(100), CHUNK, "never below a journaled chunk");
-        assert_eq!(even_batches(0), CHUNK);
+        let low = "a low estimate never makes batches smaller than before";
+        assert_eq!(even_batches(800_000), BULK_CHUNK, "{low}");
+        assert_eq!(even_batches(0), BULK_CHUNK, "{low}");
     }
 }

@@ -22,7 +22,7 @@ fn read(store: &Store, key: &Key) -> tagstore::Result<Members> {
     Ok(m)
 }
 
-/// Members of every set, the smallest first (the intersection walks it).
+/// Members of every set, in the keys' order.
 fn read_all(store: &Store, keys: &[Key]) -> tagstore::Result<Vec<Members>> {
     keys.iter().map(|k| read(store, k)).collect()
 }
@@ -89,8 +89,8 @@ pub fn intercard(store: &Store, args: &[&[u8]], out: &mut Vec<u8>) -> Result<(),
         [opt, v] if opt.eq_ignore_ascii_case(b"limit") => match number(v) {
             Some(0) => usize::MAX,
             Some(l) if l > 0 => usize::try_from(l).unwrap_or(usize::MAX),
-            Some(_) => return Err("LIMIT can't be negative".into()),
-            None => return Err("value is not an integer or out of range".into()),
+            // Redis words a LIMIT that is not a number the same way.
+            Some(_) | None => return Err("LIMIT can't be negative".into()),
         },
         _ => return Err("syntax error".into()),
     };

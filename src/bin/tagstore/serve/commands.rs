@@ -357,6 +357,10 @@ fn hello(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec
         Ok(h) => h,
         Err(e) => return resp::error(out, &e),
     };
+    // Checked before AUTH takes effect, as Redis does.
+    if h.name.is_some_and(|n| !handshake::name_ok(n)) {
+        return resp::error(out, handshake::BAD_NAME);
+    }
     match h.auth {
         Some((user, given)) => {
             let ok = user == b"default" && ctx.password.is_none_or(|p| same(p, given));
@@ -379,7 +383,9 @@ fn hello(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec
         None => {}
     }
     if let Some(name) = h.name {
-        session.name = (!name.is_empty()).then(|| name.to_vec());
+        if let Err(e) = handshake::set_name(session, name) {
+            return resp::error(out, e);
+        }
     }
     handshake::hello_reply(session, out);
 }

@@ -64,17 +64,10 @@ pub fn client(session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
             Some(n) => resp::bulk(out, n),
             None => out.extend_from_slice(b"$-1\r\n"),
         },
-        (b"setname", [name]) => {
-            if name.iter().any(|&c| c <= b' ' || c > b'~') {
-                resp::error(
-                    out,
-                    "ERR Client names cannot contain spaces, newlines or special characters.",
-                );
-            } else {
-                session.name = (!name.is_empty()).then(|| name.to_vec());
-                resp::simple(out, "OK");
-            }
-        }
+        (b"setname", [name]) => match set_name(session, name) {
+            Ok(()) => resp::simple(out, "OK"),
+            Err(e) => resp::error(out, e),
+        },
         (b"setinfo", [attr, _]) => {
             let attr = attr.to_ascii_lowercase();
             if attr == b"lib-name" || attr == b"lib-ver" {
@@ -98,6 +91,26 @@ pub fn client(session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
             ),
         ),
     }
+}
+
+/// Redis's refusal of a client name.
+pub const BAD_NAME: &str =
+    "ERR Client names cannot contain spaces, newlines or special characters.";
+
+/// True for a name Redis accepts: no spaces, newlines, control or
+/// non-ASCII bytes.
+pub fn name_ok(name: &[u8]) -> bool {
+    !name.iter().any(|&c| c <= b' ' || c > b'~')
+}
+
+/// Names the connection (an empty name clears it), refusing what Redis
+/// refuses ([`name_ok`]).
+pub fn set_name(session: &mut Session, name: &[u8]) -> Result<(), &'static str> {
+    if !name_ok(name) {
+        return Err(BAD_NAME);
+    }
+    session.name = (!name.is_empty()).then(|| name.to_vec());
+    Ok(())
 }
 
 /// What HELLO asks for besides the protocol: AUTH and SETNAME.
