@@ -496,9 +496,12 @@ impl Store {
     /// Streams the tags stored in one half (in a store that is not
     /// half-only, every tag, as [`Store::tags`]).
     pub fn half_tags(&self, half: Half) -> Tags<'_> {
-        self.read().pager.read_ahead_for_scan();
         let reading = Reading::new(self);
-        let (first, end, step) = self.read().index.geometry().half_buckets(half);
+        let (first, end, step) = {
+            let st = self.read();
+            st.pager.read_ahead_for_scan();
+            st.index.geometry().half_buckets(half)
+        };
         Tags {
             store: self,
             _reading: reading,

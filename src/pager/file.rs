@@ -40,6 +40,13 @@ pub struct MappedFile {
     ahead: Option<Ahead>,
 }
 
+/// Bytes of a memory page.
+#[cfg(target_os = "linux")]
+fn page_size() -> u64 {
+    // SAFETY: sysconf reads nothing of ours.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64
+}
+
 /// True when `e` reports a full disk.
 pub fn is_no_space(e: &Error) -> bool {
     matches!(e, Error::Io { source, .. } if source.raw_os_error() == Some(libc::ENOSPC))
@@ -544,8 +551,7 @@ impl MappedFile {
         }
         // madvise wants a page-aligned start (pages may be larger than a
         // block: 16 or 64 KB on some arm64 and ppc64 kernels).
-        // SAFETY: sysconf reads nothing of ours.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
+        let page = page_size();
         let (off, len) = (off - off % page, len + off % page);
         // SAFETY: the range lies inside the live mapping, and the callers'
         // advice (POPULATE_READ, WILLNEED) only reads pages in.
@@ -567,9 +573,7 @@ impl MappedFile {
         }
         #[cfg(target_os = "linux")]
         {
-            // SAFETY: sysconf reads nothing of ours.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(1) as u64;
-            let at = off - off % page;
+            let at = off - off % page_size();
             let mut v = 0u8;
             // SAFETY: one page inside the live mapping (page-aligned: the
             // map starts on a page); mincore writes one byte into `v`.

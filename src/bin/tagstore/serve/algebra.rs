@@ -100,22 +100,13 @@ pub fn intercard(store: &Store, args: &[&[u8]], out: &mut Vec<u8>) -> Result<(),
     Ok(())
 }
 
-/// True if the key's set has a member (a FIND that stops at the first).
-fn exists(store: &Store, key: &Key) -> tagstore::Result<bool> {
-    let mut find = match key.half {
-        tagstore::Half::Object => store.find_subjects(key.name, key.relationship),
-        tagstore::Half::Subject => store.find_objects(key.name, key.relationship),
-    };
-    find.next().transpose().map(|m| m.is_some())
-}
-
 /// `EXISTS key [key …]`: how many of the keys hold a member (a key named
 /// twice counts twice, as in Redis).
 pub fn exists_command(store: &Store, raw: &[&[u8]], out: &mut Vec<u8>) -> Result<(), String> {
     let keys = parse_all(raw)?;
     let mut n = 0;
     for k in &keys {
-        n += i64::from(exists(store, k).map_err(|e| format!("store: {e}"))?);
+        n += i64::from(keys::has_member(store, k).map_err(|e| format!("store: {e}"))?);
     }
     resp::int(out, n);
     Ok(())
@@ -124,7 +115,7 @@ pub fn exists_command(store: &Store, raw: &[&[u8]], out: &mut Vec<u8>) -> Result
 /// `TYPE key`: `set` if the key holds a member, else `none`.
 pub fn type_command(store: &Store, raw: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
     let key = keys::parse_key(raw)?;
-    let hit = exists(store, &key).map_err(|e| format!("store: {e}"))?;
+    let hit = keys::has_member(store, &key).map_err(|e| format!("store: {e}"))?;
     resp::simple(out, if hit { "set" } else { "none" });
     Ok(())
 }

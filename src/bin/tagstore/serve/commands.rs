@@ -383,9 +383,7 @@ fn hello(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec
         None => {}
     }
     if let Some(name) = h.name {
-        if let Err(e) = handshake::set_name(session, name) {
-            return resp::error(out, e);
-        }
+        handshake::rename(session, name);
     }
     handshake::hello_reply(session, out);
 }

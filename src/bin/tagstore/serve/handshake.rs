@@ -64,10 +64,11 @@ pub fn client(session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
             Some(n) => resp::bulk(out, n),
             None => out.extend_from_slice(b"$-1\r\n"),
         },
-        (b"setname", [name]) => match set_name(session, name) {
-            Ok(()) => resp::simple(out, "OK"),
-            Err(e) => resp::error(out, e),
-        },
+        (b"setname", [name]) if name_ok(name) => {
+            rename(session, name);
+            resp::simple(out, "OK");
+        }
+        (b"setname", [_]) => resp::error(out, BAD_NAME),
         (b"setinfo", [attr, _]) => {
             let attr = attr.to_ascii_lowercase();
             if attr == b"lib-name" || attr == b"lib-ver" {
@@ -103,14 +104,10 @@ pub fn name_ok(name: &[u8]) -> bool {
     !name.iter().any(|&c| c <= b' ' || c > b'~')
 }
 
-/// Names the connection (an empty name clears it), refusing what Redis
-/// refuses ([`name_ok`]).
-pub fn set_name(session: &mut Session, name: &[u8]) -> Result<(), &'static str> {
-    if !name_ok(name) {
-        return Err(BAD_NAME);
-    }
+/// Names the connection (an empty name clears it); the caller checked it
+/// with [`name_ok`].
+pub fn rename(session: &mut Session, name: &[u8]) {
     session.name = (!name.is_empty()).then(|| name.to_vec());
-    Ok(())
 }
 
 /// What HELLO asks for besides the protocol: AUTH and SETNAME.

@@ -166,6 +166,15 @@ pub fn contains(store: &Store, key: &Key, member: &str) -> tagstore::Result<bool
     with_tag(key, member, |t| store.contains_half(key.half, t))
 }
 
+/// True if the key's set has a member (a FIND that stops at the first).
+pub fn has_member(store: &Store, key: &Key) -> tagstore::Result<bool> {
+    let mut find = match key.half {
+        Half::Object => store.find_subjects(key.name, key.relationship),
+        Half::Subject => store.find_objects(key.name, key.relationship),
+    };
+    find.next().transpose().map(|m| m.is_some())
+}
+
 /// Calls `f` with every member of the key's set; returns how many.
 pub fn members(store: &Store, key: &Key, f: impl FnMut(&str)) -> tagstore::Result<u64> {
     match key.half {
