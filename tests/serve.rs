@@ -1,7 +1,8 @@
 //! `tagstore serve`: the real binary on a free loopback port, driven by a
-//! small RESP client written here; set commands against a model, both key
-//! forms, pipelining, errors, AUTH, limits, SSCAN under concurrent writes,
-//! durability across SIGKILL and SIGTERM, a slow reader, and redis-cli.
+//! small RESP client written here; set commands and DEL against a model,
+//! both key forms, transactions, pipelining, errors, AUTH, limits, SSCAN
+//! under concurrent writes, durability across SIGKILL and SIGTERM, a slow
+//! reader, and redis-cli.
 
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -288,8 +289,8 @@ fn set_commands_match_a_model() {
         };
         let t = (o.to_owned(), r.to_owned(), s.to_owned());
         let ctx = format!("step {step}: {key:?} {member:?}");
-        match rng.below(5) {
-            0 | 1 => {
+        match rng.below(16) {
+            0..=5 => {
                 let got = c.call(&["SADD", &key, member]);
                 if fits(o, r, s) {
                     assert_eq!(got, R::Int(i64::from(model.insert(t))), "{ctx}");
@@ -297,15 +298,15 @@ fn set_commands_match_a_model() {
                     assert!(got.err_text().contains("tag needs"), "{ctx}: {got:?}");
                 }
             }
-            2 => {
+            6..=8 => {
                 let got = c.call(&["SREM", &key, member]);
                 assert_eq!(got, R::Int(i64::from(model.remove(&t))), "{ctx}");
             }
-            3 => {
+            9 | 10 => {
                 let got = c.call(&["SISMEMBER", &key, member]);
                 assert_eq!(got, R::Int(i64::from(model.contains(&t))), "{ctx}");
             }
-            _ => {
+            11 | 12 => {
                 let other = rng
                     .pick(if by_object { &subjects } else { &objects })
                     .to_owned();
@@ -320,6 +321,36 @@ fn set_commands_match_a_model() {
                     R::Int(i64::from(model.contains(&t2))),
                 ]);
                 assert_eq!(got, want, "{ctx}");
+            }
+            13 | 14 => {
+                // A write and a read in one transaction: both replies in
+                // EXEC's array, the read seeing the write.
+                let queued = R::Simple("QUEUED".to_owned());
+                assert_eq!(c.call(&["MULTI"]), R::Simple("OK".to_owned()), "{ctx}");
+                assert_eq!(c.call(&["SADD", &key, member]), queued, "{ctx}");
+                assert_eq!(c.call(&["SISMEMBER", &key, member]), queued, "{ctx}");
+                let got = c.call(&["EXEC"]);
+                let R::Arr(replies) = &got else {
+                    panic!("{ctx}: EXEC replied {got:?}");
+                };
+                assert_eq!(replies.len(), 2, "{ctx}: {got:?}");
+                if fits(o, r, s) {
+                    assert_eq!(replies[0], R::Int(i64::from(model.insert(t))), "{ctx}");
+                    assert_eq!(replies[1], R::Int(1), "{ctx}");
+                } else {
+                    assert!(replies[0].err_text().contains("tag needs"), "{ctx}");
+                    assert_eq!(replies[1], R::Int(0), "{ctx}");
+                }
+            }
+            _ => {
+                // DEL empties the key's set: every tag it names goes.
+                let named = |t: &(String, String, String)| {
+                    &t.1 == r && if by_object { &t.0 == o } else { &t.2 == s }
+                };
+                let before = model.len();
+                model.retain(|t| !named(t));
+                let got = c.call(&["DEL", &key]);
+                assert_eq!(got, R::Int(i64::from(model.len() < before)), "{ctx}");
             }
         }
     }
@@ -893,6 +924,87 @@ fn a_client_that_stops_reading_is_dropped_and_others_are_served() {
     drop(stuck);
 }
 
+/// MULTI/EXEC/DISCARD answer as Redis 7.0 answers the same requests: the
+/// queued requests run in order at EXEC, each reply an element of its
+/// array; a request refused while queueing (unknown, wrong number of
+/// arguments, past the transaction's size limit) makes EXEC discard them
+/// all; an error while running one is its element and the others run;
+/// DISCARD drops the queue; WATCH is refused; QUIT closes at once.
+#[test]
+fn transactions_queue_then_run_at_exec_as_redis_does() {
+    const ABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+    let (_d, path) = temp_store();
+    // The smallest request limit: a transaction queues 16 × 64 bytes at most.
+    let srv = Server::start(&path, &["--max-request-bytes", "64"]);
+    let mut c = srv.client();
+    let mut other = srv.client();
+    let ok = R::Simple("OK".to_owned());
+    let queued = R::Simple("QUEUED".to_owned());
+    let a = okey("r", "a");
+    assert_eq!(c.call(&["EXEC"]).err_text(), "ERR EXEC without MULTI");
+    assert_eq!(c.call(&["DISCARD"]).err_text(), "ERR DISCARD without MULTI");
+    assert_eq!(c.call(&["MULTI"]), ok);
+    let nested = c.call(&["MULTI"]);
+    assert_eq!(nested.err_text(), "ERR MULTI calls can not be nested");
+    assert_eq!(c.call(&["SADD", &a, "x", "y"]), queued);
+    assert_eq!(c.call(&["SADD", "badkey", "m"]), queued);
+    assert_eq!(c.call(&["SCARD", &a]), queued);
+    assert_eq!(other.call(&["SCARD", &a]), R::Int(0), "queued, not run");
+    let got = c.call(&["EXEC"]);
+    let R::Arr(replies) = &got else {
+        panic!("EXEC replied {got:?}");
+    };
+    assert_eq!(replies.len(), 3, "{got:?}");
+    assert_eq!(replies[0], R::Int(2));
+    assert!(replies[1].err_text().contains("malformed key"), "{got:?}");
+    assert_eq!(replies[2], R::Int(2), "the read sees the write before it");
+    assert_eq!(other.call(&["SCARD", &a]), R::Int(2));
+    // Refused while queueing: EXEC runs none of it.
+    for bad in [&["FOO", "x"][..], &["SADD", &a]] {
+        assert_eq!(c.call(&["MULTI"]), ok);
+        assert_eq!(c.call(&["SREM", &a, "x"]), queued);
+        let e = c.call(bad);
+        assert!(e.err_text().starts_with("ERR "), "{bad:?}: {e:?}");
+        assert_eq!(c.call(&["EXEC"]).err_text(), ABORT, "{bad:?}");
+    }
+    assert_eq!(c.call(&["SCARD", &a]), R::Int(2), "nothing aborted ran");
+    // Too large: the queue refuses a request past 1,024 bytes, and EXEC
+    // discards the transaction.
+    assert_eq!(c.call(&["MULTI"]), ok);
+    let refused = (0..100)
+        .map(|i| (i, c.call(&["SREM", &a, "x"])))
+        .find(|(_, got)| *got != queued);
+    let (i, got) = refused.expect("the queue refuses a request at some point");
+    assert!(i > 5, "refused after {i} requests: {got:?}");
+    assert!(got.err_text().contains("transaction too large"), "{got:?}");
+    assert_eq!(c.call(&["EXEC"]).err_text(), ABORT);
+    assert_eq!(c.call(&["SCARD", &a]), R::Int(2));
+    // DISCARD drops the queue; an empty transaction is an empty array.
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["DEL", &a]), queued);
+    assert_eq!(c.call(&["DISCARD"]), ok);
+    assert_eq!(c.call(&["SCARD", &a]), R::Int(2));
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["EXEC"]), R::Arr(vec![]));
+    // No optimistic locking: WATCH is refused (inside MULTI as Redis
+    // refuses it there, without failing the transaction).
+    let got = c.call(&["WATCH", &a]);
+    assert!(got.err_text().contains("WATCH is not supported"), "{got:?}");
+    assert_eq!(c.call(&["UNWATCH"]), ok);
+    assert_eq!(c.call(&["MULTI"]), ok);
+    let got = c.call(&["WATCH", &a]);
+    assert_eq!(got.err_text(), "ERR WATCH inside MULTI is not allowed");
+    assert_eq!(c.call(&["DEL", &a]), queued);
+    assert_eq!(c.call(&["EXEC"]), R::Arr(vec![R::Int(1)]));
+    assert_eq!(other.call(&["SCARD", &a]), R::Int(0));
+    // QUIT inside a transaction: answered, closed, the queue never runs.
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["SADD", &a, "z"]), queued);
+    assert_eq!(c.call(&["QUIT"]), ok);
+    assert!(c.closed());
+    assert_eq!(other.call(&["SCARD", &a]), R::Int(0));
+}
+
 /// What client libraries send when they connect (HELLO, CLIENT, SELECT,
 /// INFO, ECHO) is answered as Redis answers it, behind AUTH as in Redis.
 #[test]
@@ -1120,6 +1232,11 @@ fn half_only_nodes_store_the_half_their_key_names() {
         c.call(&["SMEMBERS", "s:3:isa:sunset"]),
         R::Arr(vec![bulk("p1")])
     );
+    // DEL empties the key's half only.
+    assert_eq!(c.call(&["SADD", "o:3:isa:p2", "sunset", "dawn"]), R::Int(2));
+    assert_eq!(c.call(&["DEL", "o:3:isa:p2"]), R::Int(1));
+    assert_eq!(c.call(&["SCARD", "o:3:isa:p2"]), R::Int(0));
+    assert_eq!(c.call(&["SCARD", "s:3:isa:sunset"]), R::Int(1));
     assert!(srv.term().success());
     let s = tagstore::Store::open(&path).expect("open");
     assert!(s.is_half_only());

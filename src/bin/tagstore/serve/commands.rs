@@ -4,6 +4,7 @@
 use super::algebra;
 use super::handshake::{self, Facts};
 use super::keys::{self, Change, Key};
+use super::multi::{self, Tx};
 use super::resp;
 use super::scan;
 use super::sscan;
@@ -19,6 +20,8 @@ pub struct Context<'a> {
     pub password: Option<&'a [u8]>,
     /// What INFO reports.
     pub facts: &'a Facts,
+    /// Most bytes a transaction may queue (16 × `--max-request-bytes`).
+    pub max_tx_bytes: usize,
 }
 
 /// One connection's state.
@@ -29,6 +32,8 @@ pub struct Session {
     pub id: u64,
     /// CLIENT SETNAME.
     pub name: Option<Vec<u8>>,
+    /// The transaction being queued (after MULTI).
+    pub tx: Option<Tx>,
 }
 
 impl Session {
@@ -38,6 +43,7 @@ impl Session {
             authed,
             id: handshake::next_client_id(),
             name: None,
+            tx: None,
         }
     }
 }
@@ -74,9 +80,11 @@ pub fn execute(
         }
         _ => "",
     };
-    // Commands that need no AUTH.
+    // Commands that need no AUTH (inside a transaction AUTH and HELLO
+    // are queued, as Redis does; QUIT is answered at once).
+    let in_tx = session.tx.is_some();
     match name {
-        "auth" => {
+        "auth" if !in_tx => {
             auth(ctx, session, rest, out);
             return effect;
         }
@@ -85,7 +93,7 @@ pub fn execute(
             effect.close = true;
             return effect;
         }
-        "hello" => {
+        "hello" if !in_tx => {
             hello(ctx, session, rest, out);
             return effect;
         }
@@ -95,26 +103,40 @@ pub fn execute(
         resp::error(out, "NOAUTH Authentication required.");
         return effect;
     }
-    let arity_ok = match name {
-        "ping" => rest.len() <= 1,
-        "command" | "info" => true,
-        "echo" | "select" | "type" => rest.len() == 1,
-        "client" | "exists" | "sinter" | "sunion" | "sdiff" => !rest.is_empty(),
-        "sintercard" => rest.len() >= 2,
-        "scan" => !rest.is_empty(),
-        "smembers" | "scard" => rest.len() == 1,
-        "sismember" => rest.len() == 2,
-        "sadd" | "srem" | "smismember" | "sscan" => rest.len() >= 2,
-        _ => {
+    let refused = match arity(name, rest.len()) {
+        None => {
             unknown(raw_name, rest, out);
-            return effect;
+            true
         }
+        Some(false) => {
+            resp::error(
+                out,
+                &format!("ERR wrong number of arguments for '{name}' command"),
+            );
+            true
+        }
+        Some(true) => false,
     };
-    if !arity_ok {
-        resp::error(
-            out,
-            &format!("ERR wrong number of arguments for '{name}' command"),
-        );
+    if in_tx {
+        match name {
+            _ if refused => {
+                if let Some(tx) = session.tx.as_mut() {
+                    tx.fail();
+                }
+            }
+            "exec" => return multi::exec(ctx, session, out),
+            "discard" => multi::discard(session, out),
+            "multi" => multi::multi(session, out),
+            "watch" => resp::error(out, "ERR WATCH inside MULTI is not allowed"),
+            _ => {
+                if let Some(tx) = session.tx.as_mut() {
+                    tx.queue(args, ctx.max_tx_bytes, out);
+                }
+            }
+        }
+        return effect;
+    }
+    if refused {
         return effect;
     }
     match name {
@@ -144,6 +166,21 @@ pub fn execute(
                 resp::error(out, &format!("ERR {e}"));
             }
         }
+        "multi" => multi::multi(session, out),
+        "exec" => return multi::exec(ctx, session, out),
+        "discard" => multi::discard(session, out),
+        "watch" => resp::error(
+            out,
+            "ERR WATCH is not supported: tagstore serve has no optimistic locking \
+             (MULTI/EXEC runs its requests with nothing else between them)",
+        ),
+        "unwatch" => resp::simple(out, "OK"),
+        "del" | "unlink" => {
+            effect.wrote = true;
+            if let Err(e) = del_command(ctx.store, rest, out) {
+                resp::error(out, &format!("ERR {e}"));
+            }
+        }
         _ => {
             effect.wrote = matches!(name, "sadd" | "srem");
             if let Err(e) = set_command(ctx.store, name, rest, out) {
@@ -152,6 +189,39 @@ pub fn execute(
         }
     }
     effect
+}
+
+/// Whether `n` arguments (the name not counted) suit command `name`;
+/// `None` for a command tagstore does not know.
+fn arity(name: &str, n: usize) -> Option<bool> {
+    Some(match name {
+        "quit" | "hello" | "command" | "info" => true,
+        "ping" => n <= 1,
+        "multi" | "exec" | "discard" | "unwatch" => n == 0,
+        "auth" => (1..=2).contains(&n),
+        "echo" | "select" | "type" | "smembers" | "scard" => n == 1,
+        "client" | "exists" | "sinter" | "sunion" | "sdiff" | "scan" | "watch" | "del"
+        | "unlink" => n >= 1,
+        "sismember" => n == 2,
+        "sintercard" | "sadd" | "srem" | "smismember" | "sscan" => n >= 2,
+        _ => return None,
+    })
+}
+
+/// `DEL key…` (and `UNLINK`, the same here): empties each key's set;
+/// replies how many of the keys had members. Every key is checked before
+/// the first write, so a malformed one changes nothing.
+fn del_command(store: &Store, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
+    let parsed = rest
+        .iter()
+        .map(|k| keys::parse_key(k))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut n = 0;
+    for key in &parsed {
+        n += i64::from(keys::remove_all(store, key)? > 0);
+    }
+    resp::int(out, n);
+    Ok(())
 }
 
 /// Why a set command failed before replying: a refused argument, or the store.

@@ -183,6 +183,25 @@ pub fn members(store: &Store, key: &Key, f: impl FnMut(&str)) -> tagstore::Resul
     }
 }
 
+/// Empties the key's set (`DEL`): in a whole-tag store every tag the key
+/// names goes, both halves (so the other keys of those tags lose a member
+/// too, as with `SREM`); in a half-only store the key's half. Returns how
+/// many members it had.
+pub fn remove_all(store: &Store, key: &Key) -> tagstore::Result<u64> {
+    let mut names = Vec::new();
+    members(store, key, |m| names.push(m.to_owned()))?;
+    let tags: Vec<Tag> = names.iter().map(|m| tag(key, m)).collect();
+    if store.is_half_only() {
+        let mut n = 0;
+        for t in &tags {
+            n += u64::from(store.delete_half(key.half, t)?);
+        }
+        return Ok(n);
+    }
+    let (done, r) = store.delete_batch(&tags);
+    r.map(|()| done.changed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

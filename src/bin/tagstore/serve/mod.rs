@@ -19,6 +19,7 @@ mod commands;
 mod conn;
 mod handshake;
 mod keys;
+mod multi;
 mod resp;
 #[cfg(test)]
 mod resp_fuzz;
