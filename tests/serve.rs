@@ -26,6 +26,10 @@ enum R {
     Bulk(Vec<u8>),
     Nil,
     Arr(Vec<R>),
+    /// RESP3 (after `HELLO 3`): a set, a map, a null.
+    Set(Vec<R>),
+    Map(Vec<(R, R)>),
+    Null,
 }
 
 impl R {
@@ -120,6 +124,13 @@ impl Client {
                 R::Bulk(b)
             }
             "*" => R::Arr((0..num()).map(|_| self.read()).collect::<io::Result<_>>()?),
+            "~" => R::Set((0..num()).map(|_| self.read()).collect::<io::Result<_>>()?),
+            "%" => R::Map(
+                (0..num())
+                    .map(|_| Ok((self.read()?, self.read()?)))
+                    .collect::<io::Result<_>>()?,
+            ),
+            "_" => R::Null,
             _ => panic!("bad reply line {l:?}"),
         })
     }
@@ -1030,9 +1041,8 @@ fn client_set_up_commands_answer_as_redis_does() {
     assert_eq!(&pairs[4..6], &[R::bulk("proto"), R::Int(2)]);
     assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::bulk("app"));
     assert_eq!(c.call(&["SADD", "o:5:photo:p1", "sunset"]), R::Int(1));
-    // RESP3 is refused as Redis refuses a version it lacks, so that
-    // clients fall back to RESP2; the connection stays usable.
-    assert!(c.call(&["HELLO", "3"]).err_text().starts_with("NOPROTO"));
+    // A version other than 2 or 3 is refused; the connection stays usable.
+    assert!(c.call(&["HELLO", "4"]).err_text().starts_with("NOPROTO"));
     assert!(c
         .call(&["HELLO", "x"])
         .err_text()
@@ -1044,6 +1054,30 @@ fn client_set_up_commands_answer_as_redis_does() {
     let bad_name = c.call(&["HELLO", "2", "SETNAME", "a b"]);
     assert!(bad_name.err_text().contains("spaces"), "{bad_name:?}");
     assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::bulk("app"), "unchanged");
+    // RESP3, as redis-py 8 opens (HELLO 3, no fall back): HELLO's reply is
+    // a map, sets come as sets and a null as `_`, as Redis 7 sends them;
+    // HELLO 2 goes back to RESP2.
+    let hello = c.call(&["HELLO", "3"]);
+    let R::Map(pairs) = &hello else {
+        panic!("HELLO 3: {hello:?}")
+    };
+    assert_eq!(pairs.len(), 7, "{hello:?}");
+    assert_eq!(pairs[2], (R::bulk("proto"), R::Int(3)), "{hello:?}");
+    let sunset = vec![R::bulk("sunset")];
+    assert_eq!(
+        c.call(&["SMEMBERS", "o:5:photo:p1"]),
+        R::Set(sunset.clone())
+    );
+    assert_eq!(c.call(&["SUNION", "o:5:photo:p1"]), R::Set(sunset.clone()));
+    assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(1));
+    assert_eq!(c.call(&["CLIENT", "SETNAME", ""]), R::Simple("OK".into()));
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::Null);
+    let R::Arr(pairs) = c.call(&["HELLO", "2"]) else {
+        panic!("HELLO 2")
+    };
+    assert_eq!(&pairs[4..6], &[R::bulk("proto"), R::Int(2)]);
+    assert_eq!(c.call(&["SMEMBERS", "o:5:photo:p1"]), R::Arr(sunset));
+    assert_eq!(c.call(&["CLIENT", "GETNAME"]), R::Nil);
     // CLIENT.
     let R::Int(id) = c.call(&["CLIENT", "ID"]) else {
         panic!("CLIENT ID")

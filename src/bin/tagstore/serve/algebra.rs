@@ -44,7 +44,13 @@ fn intersection(mut sets: Vec<Members>, limit: usize) -> Members {
 
 /// Runs SINTER, SUNION or SDIFF (`name` lowercase) over `raw` keys, or
 /// says why not.
-pub fn combine(store: &Store, name: &str, raw: &[&[u8]], out: &mut Vec<u8>) -> Result<(), String> {
+pub fn combine(
+    store: &Store,
+    name: &str,
+    raw: &[&[u8]],
+    resp3: bool,
+    out: &mut Vec<u8>,
+) -> Result<(), String> {
     let keys = parse_all(raw)?;
     let sets = read_all(store, &keys).map_err(|e| format!("store: {e}"))?;
     let result: Members = match name {
@@ -61,7 +67,7 @@ pub fn combine(store: &Store, name: &str, raw: &[&[u8]], out: &mut Vec<u8>) -> R
             first.into_iter().filter(|m| !minus.contains(m)).collect()
         }
     };
-    resp::array(out, result.len());
+    resp::set(out, result.len(), resp3);
     for m in &result {
         resp::bulk(out, m.as_bytes());
     }

@@ -34,6 +34,8 @@ pub struct Session {
     pub name: Option<Vec<u8>>,
     /// The transaction being queued (after MULTI).
     pub tx: Option<Tx>,
+    /// `HELLO 3` chose RESP3: sets are sent as sets, nulls as `_`.
+    pub resp3: bool,
 }
 
 impl Session {
@@ -44,6 +46,7 @@ impl Session {
             id: handshake::next_client_id(),
             name: None,
             tx: None,
+            resp3: false,
         }
     }
 }
@@ -155,7 +158,7 @@ pub fn execute(
                 "sintercard" => algebra::intercard(ctx.store, rest, out),
                 "exists" => algebra::exists_command(ctx.store, rest, out),
                 "type" => algebra::type_command(ctx.store, rest[0], out),
-                _ => algebra::combine(ctx.store, name, rest, out),
+                _ => algebra::combine(ctx.store, name, rest, session.resp3, out),
             };
             if let Err(e) = r {
                 resp::error(out, &format!("ERR {e}"));
@@ -183,7 +186,7 @@ pub fn execute(
         }
         _ => {
             effect.wrote = matches!(name, "sadd" | "srem");
-            if let Err(e) = set_command(ctx.store, name, rest, out) {
+            if let Err(e) = set_command(ctx.store, name, rest, session.resp3, out) {
                 resp::error(out, &format!("ERR {e}"));
             }
         }
@@ -258,6 +261,7 @@ fn set_command(
     store: &Store,
     name: &str,
     rest: &[&[u8]],
+    resp3: bool,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
     let key = keys::parse_key(rest[0])?;
@@ -307,7 +311,7 @@ fn set_command(
         "smembers" => {
             let mut body = Vec::new();
             let n = keys::members(store, &key, |m| resp::bulk(&mut body, m.as_bytes()))?;
-            resp::array(out, n as usize);
+            resp::set(out, n as usize, resp3);
             out.extend_from_slice(&body);
         }
         "scard" => {
@@ -420,8 +424,8 @@ fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<
     }
 }
 
-/// `HELLO [2 [AUTH user password] [SETNAME name]]`: RESP2 only (3 is
-/// refused with `NOPROTO`, and clients fall back to RESP2).
+/// `HELLO [2|3 [AUTH user password] [SETNAME name]]`: switches the
+/// connection to RESP2 or RESP3 (other versions get `NOPROTO`).
 fn hello(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
     let h = match handshake::parse_hello(rest) {
         Ok(h) => h,
@@ -454,6 +458,9 @@ fn hello(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec
     }
     if let Some(name) = h.name {
         handshake::rename(session, name);
+    }
+    if let Some(p) = h.proto {
+        session.resp3 = p == 3;
     }
     handshake::hello_reply(session, out);
 }

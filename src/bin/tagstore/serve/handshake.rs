@@ -62,7 +62,7 @@ pub fn client(session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
         (b"id", []) => resp::int(out, i64::try_from(session.id).unwrap_or(i64::MAX)),
         (b"getname", []) => match &session.name {
             Some(n) => resp::bulk(out, n),
-            None => out.extend_from_slice(b"$-1\r\n"),
+            None => resp::null(out, session.resp3),
         },
         (b"setname", [name]) if name_ok(name) => {
             rename(session, name);
@@ -110,8 +110,10 @@ pub fn rename(session: &mut Session, name: &[u8]) {
     session.name = (!name.is_empty()).then(|| name.to_vec());
 }
 
-/// What HELLO asks for besides the protocol: AUTH and SETNAME.
+/// What HELLO asks for: the protocol (2 or 3), AUTH and SETNAME.
 pub struct Hello<'a> {
+    /// The protocol version given, if any.
+    pub proto: Option<u8>,
     /// `AUTH user password`.
     pub auth: Option<(&'a [u8], &'a [u8])>,
     /// `SETNAME name`.
@@ -119,9 +121,10 @@ pub struct Hello<'a> {
 }
 
 /// Parses `HELLO [protover [AUTH user password] [SETNAME name]]`; an
-/// error reply if the protocol is not 2 or the options do not parse.
+/// error reply if the protocol is not 2 or 3 or the options do not parse.
 pub fn parse_hello<'a>(rest: &[&'a [u8]]) -> Result<Hello<'a>, String> {
     let mut h = Hello {
+        proto: None,
         auth: None,
         name: None,
     };
@@ -132,7 +135,7 @@ pub fn parse_hello<'a>(rest: &[&'a [u8]]) -> Result<Hello<'a>, String> {
         .ok()
         .and_then(|s| s.parse::<i64>().ok())
     {
-        Some(2) => {}
+        Some(v @ (2 | 3)) => h.proto = Some(v as u8),
         Some(_) => return Err("NOPROTO unsupported protocol version".into()),
         None => return Err("ERR Protocol version is not an integer or out of range".into()),
     }
@@ -152,15 +155,19 @@ pub fn parse_hello<'a>(rest: &[&'a [u8]]) -> Result<Hello<'a>, String> {
     }
 }
 
-/// HELLO's reply in RESP2: the server's facts as a flat array of pairs.
+/// HELLO's reply: the server's facts, a map in RESP3, a flat array of
+/// pairs in RESP2.
 pub fn hello_reply(session: &Session, out: &mut Vec<u8>) {
-    resp::array(out, 14);
+    match session.resp3 {
+        true => out.extend_from_slice(b"%7\r\n"),
+        false => resp::array(out, 14),
+    }
     for (k, v) in [("server", "redis"), ("version", REDIS_VERSION)] {
         resp::bulk(out, k.as_bytes());
         resp::bulk(out, v.as_bytes());
     }
     resp::bulk(out, b"proto");
-    resp::int(out, 2);
+    resp::int(out, if session.resp3 { 3 } else { 2 });
     resp::bulk(out, b"id");
     resp::int(out, i64::try_from(session.id).unwrap_or(i64::MAX));
     for (k, v) in [("mode", "standalone"), ("role", "master")] {

@@ -378,6 +378,19 @@ pub fn array(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// The header of a set of `n` members: RESP3's `~n` after `HELLO 3`,
+/// else an array's `*n`.
+pub fn set(out: &mut Vec<u8>, n: usize, resp3: bool) {
+    out.push(if resp3 { b'~' } else { b'*' });
+    out.extend_from_slice(n.to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// A null: RESP3's `_` after `HELLO 3`, else RESP2's null bulk string.
+pub fn null(out: &mut Vec<u8>, resp3: bool) {
+    out.extend_from_slice(if resp3 { b"_\r\n" } else { b"$-1\r\n" });
+}
+
 /// A request as a client sends it: an array of bulk strings.
 #[cfg(test)]
 pub fn request(args: &[Vec<u8>]) -> Vec<u8> {
