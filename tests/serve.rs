@@ -123,6 +123,7 @@ impl Client {
                 b.truncate(b.len() - 2);
                 R::Bulk(b)
             }
+            "*" if num() < 0 => R::Nil,
             "*" => R::Arr((0..num()).map(|_| self.read()).collect::<io::Result<_>>()?),
             "~" => R::Set((0..num()).map(|_| self.read()).collect::<io::Result<_>>()?),
             "%" => R::Map(
@@ -940,7 +941,8 @@ fn a_client_that_stops_reading_is_dropped_and_others_are_served() {
 /// array; a request refused while queueing (unknown, wrong number of
 /// arguments, past the transaction's size limit) makes EXEC discard them
 /// all; an error while running one is its element and the others run;
-/// DISCARD drops the queue; WATCH is refused; QUIT closes at once.
+/// DISCARD drops the queue; QUIT closes at once; after a WATCHed key
+/// changes (through either key of a tag) EXEC runs nothing and answers null.
 #[test]
 fn transactions_queue_then_run_at_exec_as_redis_does() {
     const ABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -997,16 +999,47 @@ fn transactions_queue_then_run_at_exec_as_redis_does() {
     assert_eq!(c.call(&["SCARD", &a]), R::Int(2));
     assert_eq!(c.call(&["MULTI"]), ok);
     assert_eq!(c.call(&["EXEC"]), R::Arr(vec![]));
-    // No optimistic locking: WATCH is refused (inside MULTI as Redis
-    // refuses it there, without failing the transaction).
-    let got = c.call(&["WATCH", &a]);
-    assert!(got.err_text().contains("WATCH is not supported"), "{got:?}");
+    // WATCH: a watched key that changes, here through the other key of
+    // one of its tags, makes EXEC run nothing and answer null.
+    let sx = skey("r", "x");
+    assert_eq!(c.call(&["WATCH", &a, &skey("r", "q")]), ok);
+    assert_eq!(other.call(&["SADD", &sx, "a"]), R::Int(0), "no change");
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["SADD", &a, "w"]), queued);
+    assert_eq!(
+        c.call(&["EXEC"]),
+        R::Arr(vec![R::Int(1)]),
+        "unchanged: runs"
+    );
+    assert_eq!(c.call(&["WATCH", &a]), ok);
+    assert_eq!(other.call(&["SREM", &sx, "a"]), R::Int(1));
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["SADD", &a, "v"]), queued);
+    assert_eq!(c.call(&["EXEC"]), R::Nil, "a watched key changed");
+    assert_eq!(c.call(&["SISMEMBER", &a, "v"]), R::Int(0));
+    // EXEC unwatched it: the next transaction runs.
+    assert_eq!(other.call(&["SADD", &a, "x"]), R::Int(1));
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["SCARD", &a]), queued);
+    assert_eq!(c.call(&["EXEC"]), R::Arr(vec![R::Int(3)]));
+    // DEL touches; UNWATCH forgets; a malformed key is refused.
+    assert_eq!(c.call(&["WATCH", &a]), ok);
     assert_eq!(c.call(&["UNWATCH"]), ok);
+    assert_eq!(other.call(&["SADD", &a, "u"]), R::Int(1));
+    assert_eq!(c.call(&["WATCH", &sx]), ok);
+    assert_eq!(other.call(&["DEL", &a]), R::Int(1));
     assert_eq!(c.call(&["MULTI"]), ok);
     let got = c.call(&["WATCH", &a]);
     assert_eq!(got.err_text(), "ERR WATCH inside MULTI is not allowed");
-    assert_eq!(c.call(&["DEL", &a]), queued);
+    assert_eq!(c.call(&["EXEC"]), R::Nil, "DEL changed the watched s: key");
+    assert!(c
+        .call(&["WATCH", "nokey"])
+        .err_text()
+        .contains("malformed key"));
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["SADD", &a, "t"]), queued);
     assert_eq!(c.call(&["EXEC"]), R::Arr(vec![R::Int(1)]));
+    assert_eq!(c.call(&["DEL", &a]), R::Int(1));
     assert_eq!(other.call(&["SCARD", &a]), R::Int(0));
     // QUIT inside a transaction: answered, closed, the queue never runs.
     assert_eq!(c.call(&["MULTI"]), ok);

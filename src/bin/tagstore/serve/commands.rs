@@ -8,6 +8,8 @@ use super::multi::{self, Tx};
 use super::resp;
 use super::scan;
 use super::sscan;
+use super::watch::{Watched, Watches};
+use std::rc::Rc;
 use tagstore::{Store, Tag};
 
 /// Bytes of the longest command name (`SMISMEMBER`).
@@ -22,6 +24,8 @@ pub struct Context<'a> {
     pub facts: &'a Facts,
     /// Most bytes a transaction may queue (16 × `--max-request-bytes`).
     pub max_tx_bytes: usize,
+    /// The versions of watched keys.
+    pub watches: Rc<Watches>,
 }
 
 /// One connection's state.
@@ -36,6 +40,8 @@ pub struct Session {
     pub tx: Option<Tx>,
     /// `HELLO 3` chose RESP3: sets are sent as sets, nulls as `_`.
     pub resp3: bool,
+    /// The keys WATCHed for the next EXEC.
+    pub watched: Watched,
 }
 
 impl Session {
@@ -47,6 +53,7 @@ impl Session {
             name: None,
             tx: None,
             resp3: false,
+            watched: Watched::default(),
         }
     }
 }
@@ -172,21 +179,28 @@ pub fn execute(
         "multi" => multi::multi(session, out),
         "exec" => return multi::exec(ctx, session, out),
         "discard" => multi::discard(session, out),
-        "watch" => resp::error(
-            out,
-            "ERR WATCH is not supported: tagstore serve has no optimistic locking \
-             (MULTI/EXEC runs its requests with nothing else between them)",
-        ),
-        "unwatch" => resp::simple(out, "OK"),
+        "watch" => match rest.iter().try_for_each(|k| keys::parse_key(k).map(drop)) {
+            Ok(()) => {
+                for k in rest {
+                    session.watched.add(&ctx.watches, k);
+                }
+                resp::simple(out, "OK");
+            }
+            Err(e) => resp::error(out, &format!("ERR {e}")),
+        },
+        "unwatch" => {
+            session.watched.clear();
+            resp::simple(out, "OK");
+        }
         "del" | "unlink" => {
             effect.wrote = true;
-            if let Err(e) = del_command(ctx.store, rest, out) {
+            if let Err(e) = del_command(ctx, rest, out) {
                 resp::error(out, &format!("ERR {e}"));
             }
         }
         _ => {
             effect.wrote = matches!(name, "sadd" | "srem");
-            if let Err(e) = set_command(ctx.store, name, rest, session.resp3, out) {
+            if let Err(e) = set_command(ctx, name, rest, session.resp3, out) {
                 resp::error(out, &format!("ERR {e}"));
             }
         }
@@ -214,17 +228,33 @@ fn arity(name: &str, n: usize) -> Option<bool> {
 /// `DEL key…` (and `UNLINK`, the same here): empties each key's set;
 /// replies how many of the keys had members. Every key is checked before
 /// the first write, so a malformed one changes nothing.
-fn del_command(store: &Store, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
+fn del_command(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
     let parsed = rest
         .iter()
         .map(|k| keys::parse_key(k))
         .collect::<Result<Vec<_>, _>>()?;
     let mut n = 0;
-    for key in &parsed {
-        n += i64::from(keys::remove_all(store, key)? > 0);
+    for (key, raw) in parsed.iter().zip(rest) {
+        let gone = keys::remove_all(ctx.store, key)?;
+        n += i64::from(!gone.is_empty());
+        for m in &gone {
+            touched(ctx, key, raw, m);
+        }
     }
     resp::int(out, n);
     Ok(())
+}
+
+/// A set write changed the tag `raw` (parsed: `key`) and `member` name:
+/// bumps the versions of the keys whose sets changed, if any is watched
+/// (the other key of the tag too, unless the store is half-only).
+fn touched(ctx: &Context<'_>, key: &Key, raw: &[u8], member: &str) {
+    if ctx.watches.any() {
+        ctx.watches.touched(raw);
+        if !ctx.store.is_half_only() {
+            ctx.watches.touched(keys::other_key(key, member).as_bytes());
+        }
+    }
 }
 
 /// Why a set command failed before replying: a refused argument, or the store.
@@ -258,12 +288,13 @@ impl From<tagstore::Error> for Failure {
 /// The set commands; `rest` has been checked for arity. Every argument is
 /// checked before the first write, so a refused request changes nothing.
 fn set_command(
-    store: &Store,
+    ctx: &Context<'_>,
     name: &str,
     rest: &[&[u8]],
     resp3: bool,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
+    let store = ctx.store;
     let key = keys::parse_key(rest[0])?;
     let args = &rest[1..];
     match name {
@@ -290,6 +321,9 @@ fn set_command(
             let mut n = 0;
             for m in &members {
                 let changed = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change))?;
+                if changed {
+                    touched(ctx, &key, rest[0], m);
+                }
                 n += i64::from(changed);
             }
             resp::int(out, n);

@@ -185,21 +185,30 @@ pub fn members(store: &Store, key: &Key, f: impl FnMut(&str)) -> tagstore::Resul
 
 /// Empties the key's set (`DEL`): in a whole-tag store every tag the key
 /// names goes, both halves (so the other keys of those tags lose a member
-/// too, as with `SREM`); in a half-only store the key's half. Returns how
-/// many members it had.
-pub fn remove_all(store: &Store, key: &Key) -> tagstore::Result<u64> {
+/// too, as with `SREM`); in a half-only store the key's half. Returns the
+/// members it had.
+pub fn remove_all(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
     let mut names = Vec::new();
     members(store, key, |m| names.push(m.to_owned()))?;
     let tags: Vec<Tag> = names.iter().map(|m| tag(key, m)).collect();
     if store.is_half_only() {
-        let mut n = 0;
         for t in &tags {
-            n += u64::from(store.delete_half(key.half, t)?);
+            store.delete_half(key.half, t)?;
         }
-        return Ok(n);
+    } else {
+        store.delete_batch(&tags).1?;
     }
-    let (done, r) = store.delete_batch(&tags);
-    r.map(|()| done.changed)
+    Ok(names)
+}
+
+/// The other key of the tag a key and one of its members name (its `s:`
+/// key for an `o:` key, and the reverse).
+pub fn other_key(key: &Key, member: &str) -> String {
+    let rel = key.relationship;
+    match key.half {
+        Half::Object => format!("s:{}:{rel}:{member}", rel.len()),
+        Half::Subject => format!("o:{}:{rel}:{member}", rel.len()),
+    }
 }
 
 #[cfg(test)]
@@ -238,6 +247,16 @@ mod tests {
             let e = parse_key(bad).expect_err(&String::from_utf8_lossy(bad));
             assert!(e.contains(says), "{e:?} should say {says:?}");
         }
+    }
+
+    #[test]
+    fn other_key_names_the_same_tag() {
+        let o = parse_key(b"o:3:a:b:p1").expect("valid");
+        let s = other_key(&o, "sun:set");
+        assert_eq!(s, "s:3:a:b:sun:set");
+        let sk = parse_key(s.as_bytes()).expect("valid");
+        assert_eq!(tag(&sk, "p1"), tag(&o, "sun:set"));
+        assert_eq!(other_key(&sk, "p1"), "o:3:a:b:p1");
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod resp_fuzz;
 mod scan;
 mod server;
 mod sscan;
+mod watch;
 
 use crate::{open_rw, DurabilityArg, Fail, WaitArg};
 use clap::Args;

@@ -7,7 +7,8 @@
 //! refused while queueing (unknown, wrong number of arguments, too large)
 //! makes `EXEC` discard the whole transaction; an error while running one
 //! (a malformed key, say) is that request's reply inside `EXEC`'s array and
-//! the others still run. `WATCH` is refused: no optimistic locking.
+//! the others still run. If a key the connection WATCHed changed since,
+//! `EXEC` runs nothing and answers a null array (`watch.rs`).
 
 use super::commands::{execute, Context, Effect, Session};
 use super::resp;
@@ -63,6 +64,7 @@ pub fn multi(session: &mut Session, out: &mut Vec<u8>) {
 
 /// `DISCARD`: drops the queued requests.
 pub fn discard(session: &mut Session, out: &mut Vec<u8>) {
+    session.watched.clear();
     match session.tx.take() {
         Some(_) => resp::simple(out, "OK"),
         None => resp::error(out, "ERR DISCARD without MULTI"),
@@ -76,11 +78,18 @@ pub fn exec(ctx: &Context<'_>, session: &mut Session, out: &mut Vec<u8>) -> Effe
         resp::error(out, "ERR EXEC without MULTI");
         return effect;
     };
+    let broken = session.watched.broken();
+    session.watched.clear();
     if tx.failed {
         resp::error(
             out,
             "EXECABORT Transaction discarded because of previous errors.",
         );
+        return effect;
+    }
+    if broken {
+        // A watched key changed: nothing runs, and the reply is null.
+        resp::null_array(out, session.resp3);
         return effect;
     }
     resp::array(out, tx.queued.len());

@@ -386,6 +386,12 @@ pub fn set(out: &mut Vec<u8>, n: usize, resp3: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// A null array (EXEC after a WATCHed key changed): RESP3's `_` after
+/// `HELLO 3`, else RESP2's `*-1`.
+pub fn null_array(out: &mut Vec<u8>, resp3: bool) {
+    out.extend_from_slice(if resp3 { b"_\r\n" } else { b"*-1\r\n" });
+}
+
 /// A null: RESP3's `_` after `HELLO 3`, else RESP2's null bulk string.
 pub fn null(out: &mut Vec<u8>, resp3: bool) {
     out.extend_from_slice(if resp3 { b"_\r\n" } else { b"$-1\r\n" });

@@ -81,6 +81,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         password: cfg.password.as_deref(),
         facts: &facts,
         max_tx_bytes: cfg.limits.max_request_bytes.saturating_mul(16),
+        watches: Default::default(),
     };
     let mut listener = Some(listener);
     let mut conns: Vec<Conn> = Vec::new();
