@@ -464,6 +464,150 @@ fn set_commands_match_a_model() {
     );
 }
 
+/// SRANDMEMBER, SPOP and SMOVE against a model of tags: what they return
+/// is in the set (distinct unless the count is negative), SPOP and SMOVE
+/// change the store as the model changes, through both key forms.
+#[test]
+fn pick_and_move_commands_match_a_model() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut c = srv.client();
+    let mut rng = XorShift(seed());
+    let names = ["a", "b", "c", "ü"];
+    let mut model: BTreeSet<(String, String)> = BTreeSet::new(); // (object, subject)
+    let set_of = |model: &BTreeSet<(String, String)>, by_object: bool, name: &str| {
+        model
+            .iter()
+            .filter(|t| if by_object { t.0 == name } else { t.1 == name })
+            .map(|t| if by_object { t.1.clone() } else { t.0.clone() })
+            .collect::<BTreeSet<String>>()
+    };
+    let key = |by_object: bool, name: &str| {
+        if by_object {
+            okey("r", name)
+        } else {
+            skey("r", name)
+        }
+    };
+    let members = |got: &R| -> Vec<String> {
+        match got {
+            R::Arr(v) => v
+                .iter()
+                .map(|x| match x {
+                    R::Bulk(b) => String::from_utf8(b.clone()).expect("UTF-8"),
+                    other => panic!("not a bulk string: {other:?}"),
+                })
+                .collect(),
+            other => panic!("not an array: {other:?}"),
+        }
+    };
+    for step in 0..800 {
+        let by_object = rng.below(2) == 0;
+        let (k, m) = (*rng.pick(&names), *rng.pick(&names));
+        let (kk, t) = (key(by_object, k), if by_object { (k, m) } else { (m, k) });
+        let t = (t.0.to_owned(), t.1.to_owned());
+        let before = set_of(&model, by_object, k);
+        let ctx = format!("step {step}: {kk:?} {m:?}");
+        match rng.below(6) {
+            0 | 1 => {
+                let got = c.call(&["SADD", &kk, m]);
+                assert_eq!(got, R::Int(i64::from(model.insert(t))), "{ctx}");
+            }
+            2 => {
+                let n = rng.below(7) as i64 - 3;
+                let got = members(&c.call(&["SRANDMEMBER", &kk, &n.to_string()]));
+                let want = if before.is_empty() {
+                    0
+                } else if n < 0 {
+                    (-n) as usize
+                } else {
+                    (n as usize).min(before.len())
+                };
+                assert_eq!(got.len(), want, "{ctx}: count {n}: {got:?}");
+                assert!(got.iter().all(|g| before.contains(g)), "{ctx}: {got:?}");
+                if n >= 0 {
+                    let distinct: BTreeSet<&String> = got.iter().collect();
+                    assert_eq!(distinct.len(), got.len(), "{ctx}: repeats {got:?}");
+                }
+            }
+            3 => {
+                let got = c.call(&["SPOP", &kk]);
+                match (&got, before.is_empty()) {
+                    (R::Nil, true) => {}
+                    (R::Bulk(b), false) => {
+                        let g = String::from_utf8(b.clone()).expect("UTF-8");
+                        assert!(before.contains(&g), "{ctx}: {g:?}");
+                        let gone = if by_object {
+                            (k.to_owned(), g)
+                        } else {
+                            (g, k.to_owned())
+                        };
+                        assert!(model.remove(&gone), "{ctx}");
+                    }
+                    other => panic!("{ctx}: SPOP replied {other:?}"),
+                }
+            }
+            4 => {
+                let n = rng.below(3);
+                let got = members(&c.call(&["SPOP", &kk, &n.to_string()]));
+                assert_eq!(got.len(), n.min(before.len()), "{ctx}");
+                for g in got {
+                    let gone = if by_object {
+                        (k.to_owned(), g)
+                    } else {
+                        (g, k.to_owned())
+                    };
+                    assert!(model.remove(&gone), "{ctx}: {gone:?}");
+                }
+            }
+            _ => {
+                let to = *rng.pick(&names);
+                let dst = key(by_object, to);
+                let got = c.call(&["SMOVE", &kk, &dst, m]);
+                let moved = before.contains(m);
+                assert_eq!(got, R::Int(i64::from(moved)), "{ctx} -> {dst:?}");
+                if moved {
+                    model.remove(&t);
+                    model.insert(if by_object {
+                        (to.to_owned(), m.to_owned())
+                    } else {
+                        (m.to_owned(), to.to_owned())
+                    });
+                }
+            }
+        }
+    }
+    for by_object in [true, false] {
+        for n in names {
+            let k = key(by_object, n);
+            assert_eq!(
+                c.call(&["SMEMBERS", &k]).set(),
+                set_of(&model, by_object, n),
+                "{k:?}"
+            );
+        }
+    }
+    let got = c.call(&["SPOP", &okey("r", "a"), "-1"]);
+    assert_eq!(
+        got.err_text(),
+        "ERR value is out of range, must be positive"
+    );
+    let got = c.call(&["SRANDMEMBER", &okey("r", "a"), "x"]);
+    assert_eq!(
+        got.err_text(),
+        "ERR value is not an integer or out of range"
+    );
+    let long = "x".repeat(157);
+    assert_eq!(c.call(&["SADD", &okey("r", "a"), "m"]), R::Int(1));
+    let got = c.call(&["SMOVE", &okey("r", "a"), &okey("r", &long), "m"]);
+    assert!(got.err_text().contains("tag needs"), "{got:?}");
+    assert_eq!(
+        c.call(&["SISMEMBER", &okey("r", "a"), "m"]),
+        R::Int(1),
+        "refused before any change"
+    );
+}
+
 #[test]
 fn both_key_forms_name_one_tag() {
     let (_d, path) = temp_store();

@@ -5,6 +5,7 @@ use super::algebra;
 use super::handshake::{self, Facts};
 use super::keys::{self, Change, Key};
 use super::multi::{self, Tx};
+use super::pick;
 use super::resp;
 use super::scan;
 use super::sscan;
@@ -12,8 +13,8 @@ use super::watch::{Watched, Watches};
 use std::rc::Rc;
 use tagstore::{Store, Tag};
 
-/// Bytes of the longest command name (`SMISMEMBER`).
-const NAME_MAX: usize = 10;
+/// Bytes of the longest command name (`SRANDMEMBER`).
+const NAME_MAX: usize = 11;
 
 /// What a connection needs to run commands.
 pub struct Context<'a> {
@@ -192,6 +193,37 @@ pub fn execute(
             session.watched.clear();
             resp::simple(out, "OK");
         }
+        "srandmember" => {
+            if let Err(e) = pick::srandmember(ctx.store, rest, session.resp3, out) {
+                resp::error(out, &format!("ERR {e}"));
+            }
+        }
+        "spop" => {
+            effect.wrote = true;
+            match pick::spop(ctx.store, rest, session.resp3, out) {
+                Ok(gone) => {
+                    if let Ok(key) = keys::parse_key(rest[0]) {
+                        gone.iter().for_each(|m| touched(ctx, &key, rest[0], m));
+                    }
+                }
+                Err(e) => resp::error(out, &format!("ERR {e}")),
+            }
+        }
+        "smove" => {
+            effect.wrote = true;
+            match pick::smove(ctx.store, rest, out) {
+                Ok(moved) => {
+                    let parsed = (keys::parse_key(rest[0]), keys::parse_key(rest[1]));
+                    if let (true, Ok(src), Ok(dst), Ok(m)) =
+                        (moved, parsed.0, parsed.1, keys::member(rest[2]))
+                    {
+                        touched(ctx, &src, rest[0], m);
+                        touched(ctx, &dst, rest[1], m);
+                    }
+                }
+                Err(e) => resp::error(out, &format!("ERR {e}")),
+            }
+        }
         "del" | "unlink" => {
             effect.wrote = true;
             if let Err(e) = del_command(ctx, rest, out) {
@@ -220,6 +252,8 @@ fn arity(name: &str, n: usize) -> Option<bool> {
         "client" | "exists" | "sinter" | "sunion" | "sdiff" | "scan" | "watch" | "del"
         | "unlink" => n >= 1,
         "sismember" => n == 2,
+        "srandmember" | "spop" => (1..=2).contains(&n),
+        "smove" => n == 3,
         "sintercard" | "sadd" | "srem" | "smismember" | "sscan" => n >= 2,
         _ => return None,
     })

@@ -20,6 +20,7 @@ mod conn;
 mod handshake;
 mod keys;
 mod multi;
+mod pick;
 mod resp;
 #[cfg(test)]
 mod resp_fuzz;
