@@ -980,6 +980,27 @@ fn durable_replies_come_after_the_commit_so_sigkill_loses_nothing_acknowledged()
                     s.spawn(move || write_batch(c, &format!("round{round}-c{i}"), 500));
                 }
             });
+            // A transaction's writes and a DEL, each alone in its turn:
+            // acknowledged, so committed too (each is the last write
+            // before the kill in some round: no later commit covers it).
+            let c = &mut clients[0];
+            let (gone, tx) = (format!("o:1:r:gone{round}"), format!("m{round}"));
+            assert_eq!(c.call(&["SADD", &gone, "a", "b"]), R::Int(2));
+            assert_eq!(c.call(&["SADD", "o:1:r:del", "x"]), R::Int(1));
+            let del = |c: &mut Client| assert_eq!(c.call(&["DEL", "o:1:r:del"]), R::Int(1));
+            if round % 2 == 0 {
+                del(c);
+            }
+            assert_eq!(c.call(&["MULTI"]), R::Simple("OK".into()));
+            assert_eq!(
+                c.call(&["SADD", "o:1:r:tx", &tx]),
+                R::Simple("QUEUED".into())
+            );
+            assert_eq!(c.call(&["DEL", &gone]), R::Simple("QUEUED".into()));
+            assert_eq!(c.call(&["EXEC"]), R::Arr(vec![R::Int(1), R::Int(1)]));
+            if round % 2 == 1 {
+                del(c);
+            }
             // Killed the moment the replies are in: what they acknowledged
             // was committed (uncommitted changes live in memory only).
             srv.kill();
@@ -987,6 +1008,13 @@ fn durable_replies_come_after_the_commit_so_sigkill_loses_nothing_acknowledged()
         let srv = Server::start(&path, &["--durability", mode]);
         let mut c = srv.client();
         assert_eq!(c.call(&["SCARD", "o:1:r:obj"]), R::Int(6000), "{mode}");
+        assert_eq!(c.call(&["SCARD", "o:1:r:tx"]), R::Int(3), "{mode}");
+        let deleted = ["o:1:r:gone0", "o:1:r:gone1", "o:1:r:gone2", "o:1:r:del"];
+        assert_eq!(
+            c.call(&["EXISTS", deleted[0], deleted[1], deleted[2], deleted[3]]),
+            R::Int(0),
+            "{mode}"
+        );
         for i in 0..4 {
             let m = format!("s:1:r:round2-c{i}-499");
             assert_eq!(c.call(&["SISMEMBER", &m, "obj"]), R::Int(1), "{mode} {m}");
@@ -1124,7 +1152,9 @@ fn transactions_queue_then_run_at_exec_as_redis_does() {
         .map(|i| (i, c.call(&["SREM", &a, "x"])))
         .find(|(_, got)| *got != queued);
     let (i, got) = refused.expect("the queue refuses a request at some point");
-    assert!(i > 5, "refused after {i} requests: {got:?}");
+    // Each SREM counts its 12 bytes of arguments, 8 per argument and 8
+    // for the request: 44; 23 of them fit in 1,024.
+    assert_eq!(i, 23, "refused after {i} requests: {got:?}");
     assert!(got.err_text().contains("transaction too large"), "{got:?}");
     assert_eq!(c.call(&["EXEC"]).err_text(), ABORT);
     assert_eq!(c.call(&["SCARD", &a]), R::Int(2));
@@ -1177,6 +1207,59 @@ fn transactions_queue_then_run_at_exec_as_redis_does() {
     assert_eq!(c.call(&["EXEC"]), R::Arr(vec![R::Int(1)]));
     assert_eq!(c.call(&["DEL", &a]), R::Int(1));
     assert_eq!(other.call(&["SCARD", &a]), R::Int(0));
+    // HELLO and AUTH are queued, as Redis queues them; HELLO 3 inside
+    // switches the protocol for the rest of EXEC's array and after it.
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["HELLO", "3"]), queued);
+    assert_eq!(c.call(&["AUTH", "pw"]), queued);
+    assert_eq!(c.call(&["SMEMBERS", &a]), queued);
+    let got = c.call(&["EXEC"]);
+    let R::Arr(replies) = &got else {
+        panic!("EXEC replied {got:?}")
+    };
+    assert!(matches!(&replies[0], R::Map(p) if p.len() == 7), "{got:?}");
+    assert!(
+        replies[1].err_text().contains("without any password"),
+        "{got:?}"
+    );
+    assert_eq!(replies[2], R::Set(vec![]), "{got:?}");
+    assert!(matches!(c.call(&["HELLO", "2"]), R::Arr(_)));
+    // EXEC with arguments ends the transaction, as Redis does.
+    assert_eq!(c.call(&["MULTI"]), ok);
+    assert_eq!(c.call(&["SADD", &a, "q"]), queued);
+    let got = c.call(&["EXEC", "now"]);
+    assert_eq!(
+        got.err_text(),
+        "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command"
+    );
+    assert_eq!(
+        c.call(&["SISMEMBER", &a, "q"]),
+        R::Int(0),
+        "not queued: ran now"
+    );
+    // Replies past the limit (16 × 64 bytes here) are not kept: the
+    // transaction runs whole, the client is told, the connection closes.
+    let big = okey("r", "big");
+    for i in 0..30 {
+        assert_eq!(
+            other.call(&["SADD", &big, &format!("member-{i:02}")]),
+            R::Int(1)
+        );
+    }
+    let mut t = srv.client();
+    assert_eq!(t.call(&["MULTI"]), ok);
+    for _ in 0..3 {
+        assert_eq!(t.call(&["SMEMBERS", &big]), queued);
+    }
+    assert_eq!(t.call(&["SADD", &a, "after"]), queued);
+    let got = t.call(&["EXEC"]);
+    assert!(
+        got.err_text().contains("replies passed 1024 bytes"),
+        "{got:?}"
+    );
+    assert!(t.closed());
+    assert_eq!(other.call(&["SISMEMBER", &a, "after"]), R::Int(1), "it ran");
+    assert_eq!(other.call(&["SREM", &a, "after"]), R::Int(1));
     // QUIT inside a transaction: answered, closed, the queue never runs.
     assert_eq!(c.call(&["MULTI"]), ok);
     assert_eq!(c.call(&["SADD", &a, "z"]), queued);
@@ -1435,11 +1518,14 @@ fn half_only_nodes_store_the_half_their_key_names() {
         c.call(&["SMEMBERS", "s:3:isa:sunset"]),
         R::Arr(vec![bulk("p1")])
     );
-    // DEL empties the key's half only.
+    // DEL empties the key's half only: the other half of the same tag,
+    // written through its own key, stays.
     assert_eq!(c.call(&["SADD", "o:3:isa:p2", "sunset", "dawn"]), R::Int(2));
+    assert_eq!(c.call(&["SADD", "s:3:isa:sunset", "p2"]), R::Int(1));
     assert_eq!(c.call(&["DEL", "o:3:isa:p2"]), R::Int(1));
     assert_eq!(c.call(&["SCARD", "o:3:isa:p2"]), R::Int(0));
-    assert_eq!(c.call(&["SCARD", "s:3:isa:sunset"]), R::Int(1));
+    assert_eq!(c.call(&["SISMEMBER", "s:3:isa:sunset", "p2"]), R::Int(1));
+    assert_eq!(c.call(&["SREM", "s:3:isa:sunset", "p2"]), R::Int(1));
     assert!(srv.term().success());
     let s = tagstore::Store::open(&path).expect("open");
     assert!(s.is_half_only());

@@ -157,7 +157,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Serve the store over the Redis protocol (RESP2): each key a set of
+    /// Serve the store over the Redis protocol (RESP2, RESP3): each key a set of
     /// subjects (`o:<len>:<rel>:<object>`) or objects (`s:<len>:<rel>:<subject>`).
     Serve(serve::ServeArgs),
     /// Verify checksums and invariants; exits 1 on any fault.

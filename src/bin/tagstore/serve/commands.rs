@@ -114,7 +114,12 @@ pub fn execute(
         resp::error(out, "NOAUTH Authentication required.");
         return effect;
     }
-    let refused = match arity(name, rest.len()) {
+    let known = arity(name, rest.len());
+    if in_tx && name == "exec" && known == Some(false) {
+        multi::exec_refused(session, out);
+        return effect;
+    }
+    let refused = match known {
         None => {
             unknown(raw_name, rest, out);
             true
@@ -156,11 +161,17 @@ pub fn execute(
             Some(m) => resp::bulk(out, m),
         },
         // No command table: an empty array satisfies redis-cli's `COMMAND DOCS`.
-        "command" => resp::array(out, 0),
+        "command" => match rest.first() {
+            // RESP3's reply to COMMAND DOCS is a map.
+            Some(sub) if session.resp3 && sub.eq_ignore_ascii_case(b"docs") => {
+                out.extend_from_slice(b"%0\r\n")
+            }
+            _ => resp::array(out, 0),
+        },
         "echo" => handshake::echo(rest, out),
         "select" => handshake::select(rest, out),
         "client" => handshake::client(session, rest, out),
-        "info" => handshake::info(ctx.store, ctx.facts, rest, out),
+        "info" => handshake::info(ctx.store, ctx.facts, rest, session.resp3, out),
         "sinter" | "sunion" | "sdiff" | "sintercard" | "exists" | "type" => {
             let r = match name {
                 "sintercard" => algebra::intercard(ctx.store, rest, out),
@@ -244,10 +255,10 @@ pub fn execute(
 /// `None` for a command tagstore does not know.
 fn arity(name: &str, n: usize) -> Option<bool> {
     Some(match name {
-        "quit" | "hello" | "command" | "info" => true,
+        "hello" | "command" | "info" => true,
         "ping" => n <= 1,
         "multi" | "exec" | "discard" | "unwatch" => n == 0,
-        "auth" => (1..=2).contains(&n),
+        "auth" => n >= 1,
         "echo" | "select" | "type" | "smembers" | "scard" => n == 1,
         "client" | "exists" | "sinter" | "sunion" | "sdiff" | "scan" | "watch" | "del"
         | "unlink" => n >= 1,
@@ -470,8 +481,12 @@ fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<
             );
             return;
         }
-        _ => {
+        [] => {
             resp::error(out, "ERR wrong number of arguments for 'auth' command");
+            return;
+        }
+        _ => {
+            resp::error(out, "ERR syntax error");
             return;
         }
     };

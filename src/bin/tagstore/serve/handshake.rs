@@ -181,7 +181,7 @@ pub fn hello_reply(session: &Session, out: &mut Vec<u8>) {
 /// `INFO [section …]`: server, clients, persistence, replication,
 /// keyspace and tagstore sections (all of them for no section, `all`,
 /// `default` or `everything`).
-pub fn info(store: &Store, facts: &Facts, rest: &[&[u8]], out: &mut Vec<u8>) {
+pub fn info(store: &Store, facts: &Facts, rest: &[&[u8]], resp3: bool, out: &mut Vec<u8>) {
     let asked: Vec<Vec<u8>> = rest.iter().map(|s| s.to_ascii_lowercase()).collect();
     let all = asked.is_empty()
         || asked
@@ -248,5 +248,8 @@ pub fn info(store: &Store, facts: &Facts, rest: &[&[u8]], out: &mut Vec<u8>) {
             ("half_only", u8::from(store.is_half_only()).to_string()),
         ],
     );
-    resp::bulk(out, t.as_bytes());
+    match resp3 {
+        true => resp::verbatim(out, t.as_bytes()),
+        false => resp::bulk(out, t.as_bytes()),
+    }
 }

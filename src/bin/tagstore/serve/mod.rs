@@ -1,4 +1,4 @@
-//! `tagstore serve`: a store over the Redis protocol (RESP2), each key a set
+//! `tagstore serve`: a store over the Redis protocol (RESP2, RESP3), each key a set
 //! (DESIGN.md §15).
 //!
 //! * `resp.rs`: request parser and reply encoders;

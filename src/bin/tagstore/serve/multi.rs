@@ -13,14 +13,19 @@
 use super::commands::{execute, Context, Effect, Session};
 use super::resp;
 
-/// Bytes a queued argument costs besides its own (its vector's header).
-const ARG_OVERHEAD: usize = 24;
+/// Bytes of bookkeeping per queued argument and per queued request (their
+/// spans), counted with the arguments' own bytes against the limit.
+const SPAN_BYTES: usize = 8;
 
-/// A transaction being queued.
+/// A transaction being queued: every argument's bytes in one buffer, so
+/// that what it holds is what it counts.
 #[derive(Debug, Default)]
 pub struct Tx {
-    queued: Vec<Vec<Vec<u8>>>,
-    bytes: usize,
+    bytes: Vec<u8>,
+    /// Each argument's end in `bytes`.
+    ends: Vec<u32>,
+    /// Each request's end in `ends`.
+    requests: Vec<u32>,
     /// A request was refused while queueing: `EXEC` discards everything.
     failed: bool,
 }
@@ -31,11 +36,16 @@ impl Tx {
         self.failed = true;
     }
 
+    fn held(&self) -> usize {
+        self.bytes.len() + SPAN_BYTES * (self.ends.len() + self.requests.len())
+    }
+
     /// Queues a request and answers `QUEUED`, or refuses it (and fails the
     /// transaction) when the queue would pass `max_bytes`.
     pub fn queue(&mut self, args: &[&[u8]], max_bytes: usize, out: &mut Vec<u8>) {
-        let bytes: usize = args.iter().map(|a| a.len() + ARG_OVERHEAD).sum();
-        if self.bytes.saturating_add(bytes) > max_bytes {
+        let adds: usize = args.iter().map(|a| a.len() + SPAN_BYTES).sum::<usize>() + SPAN_BYTES;
+        let total = self.held().saturating_add(adds);
+        if total > max_bytes || u32::try_from(self.bytes.len() + adds).is_err() {
             self.failed = true;
             return resp::error(
                 out,
@@ -45,9 +55,27 @@ impl Tx {
                 ),
             );
         }
-        self.bytes += bytes;
-        self.queued.push(args.iter().map(|a| a.to_vec()).collect());
+        for a in args {
+            self.bytes.extend_from_slice(a);
+            self.ends.push(self.bytes.len() as u32);
+        }
+        self.requests.push(self.ends.len() as u32);
         resp::simple(out, "QUEUED");
+    }
+
+    /// The queued requests, each as its arguments.
+    fn each(&self, mut f: impl FnMut(&[&[u8]])) {
+        let (mut arg, mut at) = (0usize, 0usize);
+        let mut args: Vec<&[u8]> = Vec::new();
+        for &end in &self.requests {
+            args.clear();
+            while arg < end as usize {
+                let e = self.ends[arg] as usize;
+                args.push(&self.bytes[at..e]);
+                (at, arg) = (e, arg + 1);
+            }
+            f(&args);
+        }
     }
 }
 
@@ -71,7 +99,21 @@ pub fn discard(session: &mut Session, out: &mut Vec<u8>) {
     }
 }
 
+/// `EXEC` given arguments inside a transaction: Redis ends the transaction
+/// with `EXECABORT` and the reason.
+pub fn exec_refused(session: &mut Session, out: &mut Vec<u8>) {
+    session.tx = None;
+    session.watched.clear();
+    resp::error(
+        out,
+        "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command",
+    );
+}
+
 /// `EXEC`: runs the queued requests in order, their replies in one array.
+/// Replies past `ctx.max_tx_bytes` are not kept: the rest of the queue
+/// still runs (a transaction runs whole), then the client is told, and
+/// the connection closes, as Redis closes a client past its output limit.
 pub fn exec(ctx: &Context<'_>, session: &mut Session, out: &mut Vec<u8>) -> Effect {
     let mut effect = Effect::default();
     let Some(tx) = session.tx.take() else {
@@ -92,13 +134,31 @@ pub fn exec(ctx: &Context<'_>, session: &mut Session, out: &mut Vec<u8>) -> Effe
         resp::null_array(out, session.resp3);
         return effect;
     }
-    resp::array(out, tx.queued.len());
-    for request in &tx.queued {
-        let args: Vec<&[u8]> = request.iter().map(Vec::as_slice).collect();
+    let start = out.len();
+    resp::array(out, tx.requests.len());
+    let mut over = false;
+    tx.each(|args| {
         // Each request appends exactly one reply, the array's next element.
-        let e = execute(ctx, session, &args, out);
+        let at = out.len();
+        let e = execute(ctx, session, args, out);
         effect.wrote |= e.wrote;
         effect.close |= e.close;
+        if over || out.len() - start > ctx.max_tx_bytes {
+            over = true;
+            out.truncate(at);
+        }
+    });
+    if over {
+        out.truncate(start);
+        resp::error(
+            out,
+            &format!(
+                "ERR the transaction ran, but its replies passed {} bytes (16 x \
+                 --max-request-bytes); the connection closes",
+                ctx.max_tx_bytes
+            ),
+        );
+        effect.close = true;
     }
     effect
 }

@@ -386,6 +386,16 @@ pub fn set(out: &mut Vec<u8>, n: usize, resp3: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// RESP3's verbatim text (`=len`, `txt:` and the bytes), as Redis sends
+/// INFO after `HELLO 3`.
+pub fn verbatim(out: &mut Vec<u8>, text: &[u8]) {
+    out.push(b'=');
+    out.extend_from_slice((text.len() + 4).to_string().as_bytes());
+    out.extend_from_slice(b"\r\ntxt:");
+    out.extend_from_slice(text);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// A null array (EXEC after a WATCHed key changed): RESP3's `_` after
 /// `HELLO 3`, else RESP2's `*-1`.
 pub fn null_array(out: &mut Vec<u8>, resp3: bool) {
