@@ -1224,6 +1224,14 @@ fn transactions_queue_then_run_at_exec_as_redis_does() {
     );
     assert_eq!(replies[2], R::Set(vec![]), "{got:?}");
     assert!(matches!(c.call(&["HELLO", "2"]), R::Arr(_)));
+    // CLIENT's subcommand is checked when queued, as Redis checks it.
+    assert_eq!(c.call(&["MULTI"]), ok);
+    let got = c.call(&["CLIENT", "GETNAME", "x"]);
+    assert_eq!(
+        got.err_text(),
+        "ERR wrong number of arguments for 'client|getname' command"
+    );
+    assert_eq!(c.call(&["EXEC"]).err_text(), ABORT);
     // EXEC with arguments ends the transaction, as Redis does.
     assert_eq!(c.call(&["MULTI"]), ok);
     assert_eq!(c.call(&["SADD", &a, "q"]), queued);

@@ -3,15 +3,14 @@
 
 use super::algebra;
 use super::handshake::{self, Facts};
-use super::keys::{self, Change, Key};
+use super::keys;
 use super::multi::{self, Tx};
 use super::pick;
 use super::resp;
-use super::scan;
-use super::sscan;
+use super::sets::{del_command, scan_command, set_command, touched};
 use super::watch::{Watched, Watches};
 use std::rc::Rc;
-use tagstore::{Store, Tag};
+use tagstore::Store;
 
 /// Bytes of the longest command name (`SRANDMEMBER`).
 const NAME_MAX: usize = 11;
@@ -134,8 +133,16 @@ pub fn execute(
         Some(true) => false,
     };
     if in_tx {
+        // CLIENT's subcommand is checked when queued, as Redis does.
+        let why = match name {
+            "client" if !refused => handshake::client_refusal(rest),
+            _ => None,
+        };
+        if let Some(why) = &why {
+            resp::error(out, why);
+        }
         match name {
-            _ if refused => {
+            _ if refused || why.is_some() => {
                 if let Some(tx) = session.tx.as_mut() {
                     tx.fail();
                 }
@@ -268,205 +275,6 @@ fn arity(name: &str, n: usize) -> Option<bool> {
         "sintercard" | "sadd" | "srem" | "smismember" | "sscan" => n >= 2,
         _ => return None,
     })
-}
-
-/// `DEL key…` (and `UNLINK`, the same here): empties each key's set;
-/// replies how many of the keys had members. Every key is checked before
-/// the first write, so a malformed one changes nothing.
-fn del_command(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
-    let parsed = rest
-        .iter()
-        .map(|k| keys::parse_key(k))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut n = 0;
-    for (key, raw) in parsed.iter().zip(rest) {
-        let gone = keys::remove_all(ctx.store, key)?;
-        n += i64::from(!gone.is_empty());
-        for m in &gone {
-            touched(ctx, key, raw, m);
-        }
-    }
-    resp::int(out, n);
-    Ok(())
-}
-
-/// A set write changed the tag `raw` (parsed: `key`) and `member` name:
-/// bumps the versions of the keys whose sets changed, if any is watched
-/// (the other key of the tag too, unless the store is half-only).
-fn touched(ctx: &Context<'_>, key: &Key, raw: &[u8], member: &str) {
-    if ctx.watches.any() {
-        ctx.watches.touched(raw);
-        if !ctx.store.is_half_only() {
-            ctx.watches.touched(keys::other_key(key, member).as_bytes());
-        }
-    }
-}
-
-/// Why a set command failed before replying: a refused argument, or the store.
-enum Failure {
-    Refused(String),
-    Store(tagstore::Error),
-}
-
-impl std::fmt::Display for Failure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Failure::Refused(m) => f.write_str(m),
-            Failure::Store(e @ tagstore::Error::TagTooLarge { .. }) => write!(f, "{e}"),
-            Failure::Store(e) => write!(f, "store: {e}"),
-        }
-    }
-}
-
-impl From<String> for Failure {
-    fn from(m: String) -> Self {
-        Failure::Refused(m)
-    }
-}
-
-impl From<tagstore::Error> for Failure {
-    fn from(e: tagstore::Error) -> Self {
-        Failure::Store(e)
-    }
-}
-
-/// The set commands; `rest` has been checked for arity. Every argument is
-/// checked before the first write, so a refused request changes nothing.
-fn set_command(
-    ctx: &Context<'_>,
-    name: &str,
-    rest: &[&[u8]],
-    resp3: bool,
-    out: &mut Vec<u8>,
-) -> Result<(), Failure> {
-    let store = ctx.store;
-    let key = keys::parse_key(rest[0])?;
-    let args = &rest[1..];
-    match name {
-        "sadd" | "srem" => {
-            let members = utf8_all(args)?;
-            let change = if name == "sadd" {
-                Change::Add
-            } else {
-                Change::Remove
-            };
-            if change == Change::Add {
-                // Refuse an oversized tag before writing any member.
-                for m in &members {
-                    let needed = keys::with_tag(&key, m, Tag::encoded_len);
-                    if needed > tagstore::SLOT_SIZE {
-                        return Err(tagstore::Error::TagTooLarge {
-                            needed,
-                            limit: tagstore::SLOT_SIZE,
-                        }
-                        .into());
-                    }
-                }
-            }
-            let mut n = 0;
-            for m in &members {
-                let changed = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change))?;
-                if changed {
-                    touched(ctx, &key, rest[0], m);
-                }
-                n += i64::from(changed);
-            }
-            resp::int(out, n);
-        }
-        "sismember" => {
-            let m = keys::member(args[0])?;
-            let hit = keys::contains(store, &key, m)?;
-            resp::int(out, i64::from(hit));
-        }
-        "smismember" => {
-            let members = utf8_all(args)?;
-            let mut body = Vec::new();
-            for m in &members {
-                resp::int(&mut body, i64::from(keys::contains(store, &key, m)?));
-            }
-            resp::array(out, members.len());
-            out.extend_from_slice(&body);
-        }
-        "smembers" => {
-            let mut body = Vec::new();
-            let n = keys::members(store, &key, |m| resp::bulk(&mut body, m.as_bytes()))?;
-            resp::set(out, n as usize, resp3);
-            out.extend_from_slice(&body);
-        }
-        "scard" => {
-            let n = keys::members(store, &key, |_| {})?;
-            resp::int(out, n as i64);
-        }
-        "sscan" => sscan_command(store, &key, args, out)?,
-        other => return Err(format!("unknown command '{other}'").into()),
-    }
-    Ok(())
-}
-
-fn utf8_all<'a>(args: &[&'a [u8]]) -> Result<Vec<&'a str>, String> {
-    args.iter().map(|a| keys::member(a)).collect()
-}
-
-/// `SSCAN key cursor [MATCH pattern] [COUNT n]`.
-fn sscan_command(
-    store: &Store,
-    key: &Key,
-    args: &[&[u8]],
-    out: &mut Vec<u8>,
-) -> Result<(), Failure> {
-    let (cursor, pattern, count) = scan_options(args)?;
-    let (members, next) = sscan::page(store, key, cursor, pattern, count)?;
-    page_reply(out, &members, next);
-    Ok(())
-}
-
-/// `SCAN cursor [MATCH pattern] [COUNT n]` (a tagstore extension: the keys
-/// the store's tags make, see `scan.rs`).
-fn scan_command(store: &Store, args: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
-    let (cursor, pattern, count) = scan_options(args)?;
-    let (keys, next) = scan::page(store, cursor, pattern, count)?;
-    page_reply(out, &keys, next);
-    Ok(())
-}
-
-/// The reply of SCAN and SSCAN: `[next cursor, [items…]]`.
-fn page_reply(out: &mut Vec<u8>, items: &[String], next: u64) {
-    resp::array(out, 2);
-    resp::bulk(out, next.to_string().as_bytes());
-    resp::array(out, items.len());
-    for i in items {
-        resp::bulk(out, i.as_bytes());
-    }
-}
-
-/// `cursor [MATCH pattern] [COUNT n]` of SCAN and SSCAN.
-fn scan_options<'a>(args: &[&'a [u8]]) -> Result<(u64, Option<&'a [u8]>, usize), Failure> {
-    let cursor = std::str::from_utf8(args[0])
-        .ok()
-        .and_then(|c| c.parse::<u64>().ok())
-        .ok_or_else(|| "invalid cursor".to_owned())?;
-    let (mut pattern, mut count) = (None, 10usize);
-    let mut opts = args[1..].chunks(2);
-    for pair in opts.by_ref() {
-        let [opt, value] = pair else {
-            return Err("syntax error".to_owned().into());
-        };
-        match opt.to_ascii_lowercase().as_slice() {
-            b"match" => pattern = Some(*value),
-            b"count" => {
-                let n = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .ok_or_else(|| "value is not an integer or out of range".to_owned())?;
-                if n < 1 {
-                    return Err("syntax error".to_owned().into());
-                }
-                count = usize::try_from(n).unwrap_or(usize::MAX);
-            }
-            _ => return Err("syntax error".to_owned().into()),
-        }
-    }
-    Ok((cursor, pattern, count))
 }
 
 /// `AUTH password` or `AUTH default password`.

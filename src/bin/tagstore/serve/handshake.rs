@@ -55,8 +55,32 @@ pub fn select(rest: &[&[u8]], out: &mut Vec<u8>) {
     }
 }
 
+/// Why Redis refuses a `CLIENT` request before running it (an unknown
+/// subcommand, a wrong number of arguments), if it does: inside MULTI
+/// such a request is refused when queued, not inside EXEC's reply.
+pub fn client_refusal(rest: &[&[u8]]) -> Option<String> {
+    let sub = rest.first()?.to_ascii_lowercase();
+    let n = rest.len() - 1;
+    match sub.as_slice() {
+        b"id" | b"getname" if n == 0 => None,
+        b"setname" if n == 1 => None,
+        b"setinfo" if n == 2 => None,
+        b"id" | b"getname" | b"setname" | b"setinfo" => Some(format!(
+            "ERR wrong number of arguments for 'client|{}' command",
+            text(&sub)
+        )),
+        _ => Some(format!(
+            "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+            text(rest[0]).escape_default()
+        )),
+    }
+}
+
 /// `CLIENT ID | GETNAME | SETNAME name | SETINFO attr value`.
 pub fn client(session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
+    if let Some(why) = client_refusal(rest) {
+        return resp::error(out, &why);
+    }
     let sub = rest[0].to_ascii_lowercase();
     match (sub.as_slice(), &rest[1..]) {
         (b"id", []) => resp::int(out, i64::try_from(session.id).unwrap_or(i64::MAX)),
@@ -77,20 +101,8 @@ pub fn client(session: &mut Session, rest: &[&[u8]], out: &mut Vec<u8>) {
                 resp::error(out, &format!("ERR Unrecognized option '{}'", text(&attr)));
             }
         }
-        (b"id" | b"getname" | b"setname" | b"setinfo", _) => resp::error(
-            out,
-            &format!(
-                "ERR wrong number of arguments for 'client|{}' command",
-                text(&sub)
-            ),
-        ),
-        _ => resp::error(
-            out,
-            &format!(
-                "ERR unknown subcommand '{}'. Try CLIENT HELP.",
-                text(rest[0]).escape_default()
-            ),
-        ),
+        // Every other shape was refused above.
+        _ => {}
     }
 }
 

@@ -1,11 +1,15 @@
-//! `tagstore serve`: a store over the Redis protocol (RESP2, RESP3), each key a set
-//! (DESIGN.md §15).
+//! `tagstore serve`: a store over the Redis protocol (RESP2, RESP3), each
+//! key a set (DESIGN.md §15).
 //!
 //! * `resp.rs`: request parser and reply encoders;
 //! * `keys.rs`: the key scheme, and the one function mapping a set write to
 //!   a store write;
-//! * `commands.rs`: command dispatch; `sscan.rs`: the SSCAN cursor and glob;
-//!   `scan.rs`: SCAN, the keys a store's tags make (an extension);
+//! * `commands.rs`: command dispatch, arity, AUTH and HELLO; `sets.rs`:
+//!   the set commands and DEL; `algebra.rs`: SINTER and the like;
+//!   `pick.rs`: SRANDMEMBER, SPOP, SMOVE; `multi.rs` and `watch.rs`:
+//!   transactions; `handshake.rs`: what clients send when they connect;
+//!   `sscan.rs`: the SSCAN cursor and glob; `scan.rs`: SCAN, the keys a
+//!   store's tags make (an extension);
 //! * `conn.rs`: one connection's buffers and the steps of a turn;
 //! * `server.rs`: the event loop (poll, one commit per turn), client
 //!   limit, signals.
@@ -26,6 +30,7 @@ mod resp;
 mod resp_fuzz;
 mod scan;
 mod server;
+mod sets;
 mod sscan;
 mod watch;
 
