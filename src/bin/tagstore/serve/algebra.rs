@@ -16,15 +16,9 @@ fn parse_all<'a>(raw: &[&'a [u8]]) -> Result<Vec<Key<'a>>, String> {
     raw.iter().map(|k| keys::parse_key(k)).collect()
 }
 
-fn read(store: &Store, key: &Key) -> tagstore::Result<Members> {
-    let mut m = Vec::new();
-    keys::members(store, key, |s| m.push(s.to_owned()))?;
-    Ok(m)
-}
-
 /// Members of every set, in the keys' order.
 fn read_all(store: &Store, keys: &[Key]) -> tagstore::Result<Vec<Members>> {
-    keys.iter().map(|k| read(store, k)).collect()
+    keys.iter().map(|k| keys::member_list(store, k)).collect()
 }
 
 /// The members of the first set found in every other, at most `limit`.

@@ -7,7 +7,7 @@ use super::keys;
 use super::multi::{self, Tx};
 use super::pick;
 use super::resp;
-use super::sets::{del_command, scan_command, set_command, touched};
+use super::sets::{del_command, scan_command, set_command};
 use super::watch::{Watched, Watches};
 use std::rc::Rc;
 use tagstore::Store;
@@ -211,35 +211,15 @@ pub fn execute(
             session.watched.clear();
             resp::simple(out, "OK");
         }
-        "srandmember" => {
-            if let Err(e) = pick::srandmember(ctx.store, rest, session.resp3, out) {
+        "srandmember" | "spop" | "smove" => {
+            effect.wrote = name != "srandmember";
+            let r = match name {
+                "srandmember" => pick::srandmember(ctx.store, rest, session.resp3, out),
+                "spop" => pick::spop(ctx, rest, session.resp3, out),
+                _ => pick::smove(ctx, rest, out),
+            };
+            if let Err(e) = r {
                 resp::error(out, &format!("ERR {e}"));
-            }
-        }
-        "spop" => {
-            effect.wrote = true;
-            match pick::spop(ctx.store, rest, session.resp3, out) {
-                Ok(gone) => {
-                    if let Ok(key) = keys::parse_key(rest[0]) {
-                        gone.iter().for_each(|m| touched(ctx, &key, rest[0], m));
-                    }
-                }
-                Err(e) => resp::error(out, &format!("ERR {e}")),
-            }
-        }
-        "smove" => {
-            effect.wrote = true;
-            match pick::smove(ctx.store, rest, out) {
-                Ok(moved) => {
-                    let parsed = (keys::parse_key(rest[0]), keys::parse_key(rest[1]));
-                    if let (true, Ok(src), Ok(dst), Ok(m)) =
-                        (moved, parsed.0, parsed.1, keys::member(rest[2]))
-                    {
-                        touched(ctx, &src, rest[0], m);
-                        touched(ctx, &dst, rest[1], m);
-                    }
-                }
-                Err(e) => resp::error(out, &format!("ERR {e}")),
             }
         }
         "del" | "unlink" => {

@@ -183,13 +183,31 @@ pub fn members(store: &Store, key: &Key, f: impl FnMut(&str)) -> tagstore::Resul
     }
 }
 
+/// The members of the key's set, read whole.
+pub fn member_list(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
+    let mut names = Vec::new();
+    members(store, key, |m| names.push(m.to_owned()))?;
+    Ok(names)
+}
+
+/// Refuses the tag a key and a member name when it cannot fit a slot.
+pub fn check_fits(key: &Key, member: &str) -> tagstore::Result<()> {
+    let needed = with_tag(key, member, Tag::encoded_len);
+    if needed > tagstore::SLOT_SIZE {
+        return Err(tagstore::Error::TagTooLarge {
+            needed,
+            limit: tagstore::SLOT_SIZE,
+        });
+    }
+    Ok(())
+}
+
 /// Empties the key's set (`DEL`): in a whole-tag store every tag the key
 /// names goes, both halves (so the other keys of those tags lose a member
 /// too, as with `SREM`); in a half-only store the key's half. Returns the
 /// members it had.
 pub fn remove_all(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
-    let mut names = Vec::new();
-    members(store, key, |m| names.push(m.to_owned()))?;
+    let names = member_list(store, key)?;
     let tags: Vec<Tag> = names.iter().map(|m| tag(key, m)).collect();
     if store.is_half_only() {
         for t in &tags {

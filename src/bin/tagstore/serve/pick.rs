@@ -1,19 +1,21 @@
 //! Set commands that pick or move members: SRANDMEMBER, SPOP, SMOVE, with
 //! Redis 7.0's replies (RESP2 and RESP3).
 
-use super::keys::{self, Change, Key};
+use super::commands::Context;
+use super::keys::{self, Change};
 use super::resp;
-use tagstore::{Store, Tag};
+use super::sets::{touched, Failure};
+use tagstore::Store;
 
 /// The optional count of SRANDMEMBER and SPOP: `None` when absent.
-fn count(rest: &[&[u8]]) -> Result<Option<i64>, String> {
+fn count(rest: &[&[u8]]) -> Result<Option<i64>, Failure> {
     match rest.get(1) {
         None => Ok(None),
         Some(c) => std::str::from_utf8(c)
             .ok()
             .and_then(|c| c.parse::<i64>().ok())
             .map(Some)
-            .ok_or_else(|| "value is not an integer or out of range".to_owned()),
+            .ok_or_else(|| "value is not an integer or out of range".to_owned().into()),
     }
 }
 
@@ -46,13 +48,6 @@ fn shuffle_front(members: &mut [String], k: usize) {
     }
 }
 
-/// The members of a key's set, read whole.
-fn all(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
-    let mut v = Vec::new();
-    keys::members(store, key, |m| v.push(m.to_owned()))?;
-    Ok(v)
-}
-
 /// `SRANDMEMBER key [count]`: a member, or `count` distinct ones (with
 /// repeats when `count` is negative), none removed.
 pub fn srandmember(
@@ -60,10 +55,10 @@ pub fn srandmember(
     rest: &[&[u8]],
     resp3: bool,
     out: &mut Vec<u8>,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let key = keys::parse_key(rest[0])?;
     let n = count(rest)?;
-    let mut members = all(store, &key).map_err(|e| format!("store: {e}"))?;
+    let mut members = keys::member_list(store, &key)?;
     match n {
         None => match members.is_empty() {
             true => resp::null(out, resp3),
@@ -99,19 +94,18 @@ pub fn srandmember(
 }
 
 /// `SPOP key [count]`: removes and returns a member, or up to `count`.
-/// Returns the members removed (for WATCH).
 pub fn spop(
-    store: &Store,
+    ctx: &Context<'_>,
     rest: &[&[u8]],
     resp3: bool,
     out: &mut Vec<u8>,
-) -> Result<Vec<String>, String> {
+) -> Result<(), Failure> {
     let key = keys::parse_key(rest[0])?;
     let n = count(rest)?;
     if n.is_some_and(|n| n < 0) {
-        return Err("value is out of range, must be positive".to_owned());
+        return Err("value is out of range, must be positive".to_owned().into());
     }
-    let mut members = all(store, &key).map_err(|e| format!("store: {e}"))?;
+    let mut members = keys::member_list(ctx.store, &key)?;
     let k = match n {
         None => members.len().min(1),
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX).min(members.len()),
@@ -119,8 +113,10 @@ pub fn spop(
     shuffle_front(&mut members, k);
     members.truncate(k);
     for m in &members {
-        keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, Change::Remove))
-            .map_err(|e| format!("store: {e}"))?;
+        keys::with_tag(&key, m, |t| {
+            keys::apply(ctx.store, key.half, t, Change::Remove)
+        })?;
+        touched(ctx, &key, rest[0], m);
     }
     match (n, members.first()) {
         (None, None) => resp::null(out, resp3),
@@ -132,31 +128,24 @@ pub fn spop(
             }
         }
     }
-    Ok(members)
+    Ok(())
 }
 
 /// `SMOVE source destination member`: the tag `source` and `member` name
 /// goes, the tag `destination` and `member` name comes (refused before
-/// any change if it would not fit a slot). True if `member` was in
-/// `source` (and so moved).
-pub fn smove(store: &Store, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<bool, String> {
+/// any change if it would not fit a slot); 1 if `member` was in `source`.
+pub fn smove(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
     let (src, dst) = (keys::parse_key(rest[0])?, keys::parse_key(rest[1])?);
     let m = keys::member(rest[2])?;
-    let to: Tag = keys::tag(&dst, m);
-    if to.encoded_len() > tagstore::SLOT_SIZE {
-        return Err(tagstore::Error::TagTooLarge {
-            needed: to.encoded_len(),
-            limit: tagstore::SLOT_SIZE,
-        }
-        .to_string());
-    }
-    let store_err = |e: tagstore::Error| format!("store: {e}");
-    let present = keys::contains(store, &src, m).map_err(store_err)?;
+    keys::check_fits(&dst, m)?;
+    let store = ctx.store;
+    let present = keys::contains(store, &src, m)?;
     if present && src != dst {
-        let from = keys::tag(&src, m);
-        keys::apply(store, src.half, &from, Change::Remove).map_err(store_err)?;
-        keys::apply(store, dst.half, &to, Change::Add).map_err(store_err)?;
+        keys::apply(store, src.half, &keys::tag(&src, m), Change::Remove)?;
+        keys::apply(store, dst.half, &keys::tag(&dst, m), Change::Add)?;
+        touched(ctx, &src, rest[0], m);
+        touched(ctx, &dst, rest[1], m);
     }
     resp::int(out, i64::from(present));
-    Ok(present && src != dst)
+    Ok(())
 }

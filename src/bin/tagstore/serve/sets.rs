@@ -8,7 +8,7 @@ use super::keys::{self, Change, Key};
 use super::resp;
 use super::scan;
 use super::sscan;
-use tagstore::{Store, Tag};
+use tagstore::Store;
 
 /// `DEL key…` (and `UNLINK`, the same here): empties each key's set;
 /// replies how many of the keys had members. Every key is checked before
@@ -95,14 +95,7 @@ pub fn set_command(
             if change == Change::Add {
                 // Refuse an oversized tag before writing any member.
                 for m in &members {
-                    let needed = keys::with_tag(&key, m, Tag::encoded_len);
-                    if needed > tagstore::SLOT_SIZE {
-                        return Err(tagstore::Error::TagTooLarge {
-                            needed,
-                            limit: tagstore::SLOT_SIZE,
-                        }
-                        .into());
-                    }
+                    keys::check_fits(&key, m)?;
                 }
             }
             let mut n = 0;
