@@ -1100,6 +1100,64 @@ fn a_client_that_stops_reading_is_dropped_and_others_are_served() {
     drop(stuck);
 }
 
+/// Regression: each connection could queue 16 × `--max-request-bytes` in
+/// MULTI, so 1,024 connections could hold 16,384 of them; the queues of
+/// all connections now stop at 64 × `--max-request-bytes` together, and a
+/// transaction gives its share back however it ends (EXEC, DISCARD, its
+/// connection closing).
+#[test]
+fn transactions_of_all_connections_share_one_budget() {
+    const ABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+    let (_d, path) = temp_store();
+    // 1,024 bytes a transaction, 4,096 for all of them.
+    let srv = Server::start(&path, &["--max-request-bytes", "64"]);
+    let ok = R::Simple("OK".to_owned());
+    let queued = R::Simple("QUEUED".to_owned());
+    let a = okey("r", "a");
+    let srem = ["SREM", a.as_str(), "x"];
+    // Each SREM counts 44 bytes (as in the test above): 23 fill a
+    // transaction (1,012 bytes), four such fill 4,048 of the 4,096.
+    let fill = |c: &mut Client| {
+        assert_eq!(c.call(&["MULTI"]), ok);
+        for i in 0..23 {
+            assert_eq!(c.call(&srem), queued, "request {i}");
+        }
+    };
+    let mut full: Vec<Client> = (0..4).map(|_| srv.client()).collect();
+    for c in &mut full {
+        fill(c);
+    }
+    let mut e = srv.client();
+    assert_eq!(e.call(&["MULTI"]), ok);
+    assert_eq!(e.call(&srem), queued, "4,092 bytes held: still within");
+    let got = e.call(&srem);
+    assert!(got.err_text().contains("every connection"), "{got:?}");
+    assert_eq!(e.call(&["EXEC"]).err_text(), ABORT);
+    // DISCARD gives a share back: a whole transaction fits again, and runs.
+    assert_eq!(full[0].call(&["DISCARD"]), ok);
+    fill(&mut e);
+    let got = e.call(&["EXEC"]);
+    assert_eq!(got, R::Arr(vec![R::Int(0); 23]), "{got:?}");
+    // So does EXEC (above) and a connection that closes mid-transaction.
+    fill(&mut e);
+    drop(full.remove(1));
+    let mut f = srv.client();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert_eq!(f.call(&["MULTI"]), ok);
+        assert_eq!(f.call(&srem), queued);
+        if f.call(&srem) == queued {
+            break;
+        }
+        assert_eq!(f.call(&["EXEC"]).err_text(), ABORT);
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection's share never came back"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// MULTI/EXEC/DISCARD answer as Redis 7.0 answers the same requests: the
 /// queued requests run in order at EXEC, each reply an element of its
 /// array; a request refused while queueing (unknown, wrong number of

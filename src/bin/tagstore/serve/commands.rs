@@ -4,7 +4,7 @@
 use super::algebra;
 use super::handshake::{self, Facts};
 use super::keys;
-use super::multi::{self, Tx};
+use super::multi::{self, Budget, Tx};
 use super::pick;
 use super::resp;
 use super::sets::{del_command, scan_command, set_command};
@@ -24,6 +24,8 @@ pub struct Context<'a> {
     pub facts: &'a Facts,
     /// Most bytes a transaction may queue (16 × `--max-request-bytes`).
     pub max_tx_bytes: usize,
+    /// What every connection's transactions queue together, and its limit.
+    pub tx_budget: Rc<Budget>,
     /// The versions of watched keys.
     pub watches: Rc<Watches>,
 }
@@ -149,7 +151,7 @@ pub fn execute(
             }
             "exec" => return multi::exec(ctx, session, out),
             "discard" => multi::discard(session, out),
-            "multi" => multi::multi(session, out),
+            "multi" => multi::multi(ctx, session, out),
             "watch" => resp::error(out, "ERR WATCH inside MULTI is not allowed"),
             _ => {
                 if let Some(tx) = session.tx.as_mut() {
@@ -195,7 +197,7 @@ pub fn execute(
                 resp::error(out, &format!("ERR {e}"));
             }
         }
-        "multi" => multi::multi(session, out),
+        "multi" => multi::multi(ctx, session, out),
         "exec" => return multi::exec(ctx, session, out),
         "discard" => multi::discard(session, out),
         "watch" => match rest.iter().try_for_each(|k| keys::parse_key(k).map(drop)) {

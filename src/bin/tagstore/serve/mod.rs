@@ -60,7 +60,8 @@ pub struct ServeArgs {
     max_clients: u64,
     /// Largest request in bytes, framing included (8 MiB: a SADD of some
     /// 50,000 members of the largest size). A larger one is a protocol
-    /// error that closes the connection.
+    /// error that closes the connection. A MULTI transaction queues at
+    /// most 16 times this, all connections' transactions 64 times it.
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(64..=1 << 30))]
     max_request_bytes: u64,
     /// When writes become durable: `immediate` or `on-sync` (before their

@@ -12,14 +12,35 @@
 
 use super::commands::{execute, Context, Effect, Session};
 use super::resp;
+use std::cell::Cell;
+use std::rc::Rc;
 
 /// Bytes of bookkeeping per queued argument and per queued request (their
 /// spans), counted with the arguments' own bytes against the limit.
 const SPAN_BYTES: usize = 8;
 
+/// The bytes every connection's transactions hold together, and their
+/// limit (64 × `--max-request-bytes`): without it 1,024 connections could
+/// each queue 16 × `--max-request-bytes`.
+#[derive(Debug)]
+pub struct Budget {
+    held: Cell<usize>,
+    limit: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes, none held.
+    pub fn new(limit: usize) -> Rc<Budget> {
+        Rc::new(Budget {
+            held: Cell::new(0),
+            limit,
+        })
+    }
+}
+
 /// A transaction being queued: every argument's bytes in one buffer, so
 /// that what it holds is what it counts.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Tx {
     bytes: Vec<u8>,
     /// Each argument's end in `bytes`.
@@ -28,9 +49,32 @@ pub struct Tx {
     requests: Vec<u32>,
     /// A request was refused while queueing: `EXEC` discards everything.
     failed: bool,
+    /// The server's budget, and what this transaction counts in it
+    /// (given back when the transaction ends, however it ends).
+    budget: Rc<Budget>,
+    counted: usize,
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        let b = &self.budget;
+        b.held.set(b.held.get().saturating_sub(self.counted));
+    }
 }
 
 impl Tx {
+    /// An empty transaction counted in `budget`.
+    pub fn new(budget: Rc<Budget>) -> Tx {
+        Tx {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            requests: Vec::new(),
+            failed: false,
+            budget,
+            counted: 0,
+        }
+    }
+
     /// Marks the transaction to be discarded at `EXEC`.
     pub fn fail(&mut self) {
         self.failed = true;
@@ -41,7 +85,8 @@ impl Tx {
     }
 
     /// Queues a request and answers `QUEUED`, or refuses it (and fails the
-    /// transaction) when the queue would pass `max_bytes`.
+    /// transaction) when the queue would pass `max_bytes`, or every
+    /// connection's queues together their budget.
     pub fn queue(&mut self, args: &[&[u8]], max_bytes: usize, out: &mut Vec<u8>) {
         let adds: usize = args.iter().map(|a| a.len() + SPAN_BYTES).sum::<usize>() + SPAN_BYTES;
         let total = self.held().saturating_add(adds);
@@ -55,6 +100,21 @@ impl Tx {
                 ),
             );
         }
+        let b = &self.budget;
+        let all = b.held.get().saturating_add(adds);
+        if all > b.limit {
+            self.failed = true;
+            return resp::error(
+                out,
+                &format!(
+                    "ERR transaction too large: the transactions every connection is queueing \
+                     would pass {} bytes together (64 x --max-request-bytes); EXEC will discard it",
+                    b.limit
+                ),
+            );
+        }
+        b.held.set(all);
+        self.counted += adds;
         for a in args {
             self.bytes.extend_from_slice(a);
             self.ends.push(self.bytes.len() as u32);
@@ -80,11 +140,11 @@ impl Tx {
 }
 
 /// `MULTI`: starts queueing (not inside a transaction already).
-pub fn multi(session: &mut Session, out: &mut Vec<u8>) {
+pub fn multi(ctx: &Context<'_>, session: &mut Session, out: &mut Vec<u8>) {
     match session.tx {
         Some(_) => resp::error(out, "ERR MULTI calls can not be nested"),
         None => {
-            session.tx = Some(Tx::default());
+            session.tx = Some(Tx::new(ctx.tx_budget.clone()));
             resp::simple(out, "OK");
         }
     }

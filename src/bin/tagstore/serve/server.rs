@@ -5,6 +5,7 @@
 use super::commands::Context;
 use super::conn::Conn;
 use super::handshake::Facts;
+use super::multi::Budget;
 use super::resp::Limits;
 use std::cell::Cell;
 use std::io::{self, Write};
@@ -81,6 +82,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         password: cfg.password.as_deref(),
         facts: &facts,
         max_tx_bytes: cfg.limits.max_request_bytes.saturating_mul(16),
+        tx_budget: Budget::new(cfg.limits.max_request_bytes.saturating_mul(64)),
         watches: Default::default(),
     };
     let mut listener = Some(listener);
