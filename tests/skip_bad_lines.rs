@@ -109,7 +109,14 @@ fn without_the_flag_the_first_bad_line_stops_the_load() {
     let (text, _) = mixed(40);
     let f = write_file(dir.path(), "in.tsv", &text);
     let o = run(&["insert", s(&st), "--file", s(&f)]);
-    fails(&o, &["line 5:", "4 tags inserted before it"]);
+    fails(
+        &o,
+        &[
+            "line 5:",
+            "; with --skip-bad such lines are skipped;",
+            "4 tags inserted before it",
+        ],
+    );
     assert_eq!(export_lines(&st).len(), 4);
 }
 

@@ -223,7 +223,12 @@ fn read_and_apply<R: io::BufRead>(
             Err(m) => {
                 // The tags before the bad line are applied first, so the count is exact.
                 apply(store, file, verb, &mut chunk, &mut chunk_lines, tally)?;
-                return Err(format!("{name}: line {}: {m}", reader.line_no()));
+                // A bad line of a file can be skipped (not an unreadable input).
+                let hint = match unreadable {
+                    false => "; with --skip-bad such lines are skipped",
+                    true => "",
+                };
+                return Err(format!("{name}: line {}: {m}{hint}", reader.line_no()));
             }
         }
         bar.set_position(reader.bytes_read());
