@@ -598,6 +598,24 @@ fn pick_and_move_commands_match_a_model() {
         R::Int(1),
         "refused before any change"
     );
+    // Regression: a negative count repeats members without bound, so one
+    // small request built a reply of any size (`SRANDMEMBER k -50000000`:
+    // 350 MB); the reply is held to 16 x --max-request-bytes (1,024 here).
+    let (_d2, path2) = temp_store();
+    let small = Server::start(&path2, &["--max-request-bytes", "64"]);
+    let mut c = small.client();
+    let k = okey("r", "a");
+    assert_eq!(c.call(&["SADD", &k, "m"]), R::Int(1));
+    let m = R::Bulk(b"m".to_vec());
+    // 100 elements of 7 bytes and the header: 705 bytes.
+    assert_eq!(c.call(&["SRANDMEMBER", &k, "-100"]), R::Arr(vec![m; 100]));
+    let got = c.call(&["SRANDMEMBER", &k, "-200"]);
+    assert!(got.err_text().contains("would pass 1024 bytes"), "{got:?}");
+    assert_eq!(
+        c.call(&["PING"]),
+        R::Simple("PONG".to_owned()),
+        "still open"
+    );
 }
 
 #[test]

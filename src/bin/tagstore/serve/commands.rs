@@ -216,7 +216,7 @@ pub fn execute(
         "srandmember" | "spop" | "smove" => {
             effect.wrote = name != "srandmember";
             let r = match name {
-                "srandmember" => pick::srandmember(ctx.store, rest, session.resp3, out),
+                "srandmember" => pick::srandmember(ctx, rest, session.resp3, out),
                 "spop" => pick::spop(ctx, rest, session.resp3, out),
                 _ => pick::smove(ctx, rest, out),
             };

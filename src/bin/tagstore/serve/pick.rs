@@ -5,7 +5,6 @@ use super::commands::Context;
 use super::keys::{self, Change};
 use super::resp;
 use super::sets::{touched, Failure};
-use tagstore::Store;
 
 /// The optional count of SRANDMEMBER and SPOP: `None` when absent.
 fn count(rest: &[&[u8]]) -> Result<Option<i64>, Failure> {
@@ -49,16 +48,19 @@ fn shuffle_front(members: &mut [String], k: usize) {
 }
 
 /// `SRANDMEMBER key [count]`: a member, or `count` distinct ones (with
-/// repeats when `count` is negative), none removed.
+/// repeats when `count` is negative), none removed. A negative count is
+/// bounded by nothing the set holds, so its reply is held to
+/// `ctx.max_tx_bytes`, as `EXEC`'s replies are: past it the reply is
+/// dropped and an error sent instead (nothing of it was sent yet).
 pub fn srandmember(
-    store: &Store,
+    ctx: &Context<'_>,
     rest: &[&[u8]],
     resp3: bool,
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
     let key = keys::parse_key(rest[0])?;
     let n = count(rest)?;
-    let mut members = keys::member_list(store, &key)?;
+    let mut members = keys::member_list(ctx.store, &key)?;
     match n {
         None => match members.is_empty() {
             true => resp::null(out, resp3),
@@ -83,10 +85,20 @@ pub fn srandmember(
                 n.unsigned_abs()
             };
             let k = usize::try_from(k).map_err(|_| "value is out of range".to_owned())?;
+            let start = out.len();
             resp::array(out, k);
             for _ in 0..k {
                 let i = (next_random() % members.len() as u64) as usize;
                 resp::bulk(out, members[i].as_bytes());
+                if out.len() - start > ctx.max_tx_bytes {
+                    out.truncate(start);
+                    return Err(format!(
+                        "the reply would pass {} bytes (16 x --max-request-bytes): ask for \
+                         fewer members",
+                        ctx.max_tx_bytes
+                    )
+                    .into());
+                }
             }
         }
     }
