@@ -187,6 +187,9 @@ impl Store {
                 return Err(e);
             }
         };
+        // A second handle on the old file, so that its last close (which
+        // gives its blocks back to the file system) is not the old store's.
+        let last = std::fs::File::open(path).ok();
         if let Err(e) = std::fs::rename(&tmp, path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io(
@@ -197,6 +200,7 @@ impl Store {
         sync_dir(path)?;
         // The old handle now refers to the unlinked old file: drop it unwritten.
         old.abandon_now();
+        release_in_background(last);
 
         Ok(MaintainReport {
             before,
@@ -204,6 +208,18 @@ impl Store {
             seconds: started.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// Closes the last handle on the replaced, unlinked store file on a thread
+/// of its own (inline if none can be started): the file system frees its
+/// blocks then, which with `discard` took 5.3 s for 1.8 GB (DESIGN.md §7).
+fn release_in_background(last: Option<std::fs::File>) {
+    let Some(file) = last else { return };
+    let spawned = std::thread::Builder::new()
+        .name("tagstore-release".into())
+        .spawn(move || drop(file));
+    // On failure the closure, and the file in it, were dropped here.
+    drop(spawned);
 }
 
 /// The geometry a default [`Store::maintain`] rewrites `old` into.
