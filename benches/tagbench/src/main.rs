@@ -1127,6 +1127,12 @@ fn compare(args: &Args) -> Result<()> {
         single_lat.iter().map(|l| l.p99_us).collect(),
     );
     row(
+        "individually durable insert, slowest",
+        "µs",
+        Some(false),
+        single_lat.iter().map(|l| l.max_us).collect(),
+    );
+    row(
         &format!(
             "{} batches of {} durable",
             int(args.durable_batches),

@@ -11,6 +11,8 @@ pub struct Lat {
     pub p50_us: f64,
     pub p99_us: f64,
     pub mean_us: f64,
+    /// The slowest operation.
+    pub max_us: f64,
     /// Tags the operations returned in all.
     pub results: u64,
     /// Bytes of the returned subjects/objects in all (every engine must agree).
@@ -38,6 +40,7 @@ impl Lat {
             } else {
                 ns.iter().sum::<u64>() as f64 / ops as f64 / 1e3
             },
+            max_us: ns.last().map_or(0.0, |&n| n as f64 / 1e3),
             results,
             bytes: 0,
         }

@@ -269,6 +269,7 @@ fn best(a: Point, b: Point) -> Point {
         p50_us: x.p50_us.min(y.p50_us),
         p99_us: x.p99_us.min(y.p99_us),
         mean_us: x.mean_us.min(y.mean_us),
+        max_us: x.max_us.min(y.max_us),
         total_s: x.total_s.min(y.total_s),
         ..x
     };
