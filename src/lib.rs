@@ -58,7 +58,7 @@ pub use pager::{journal_path, Durability};
 /// `test-hooks` feature; not part of the stable API.
 #[cfg(feature = "test-hooks")]
 pub mod testing {
-    pub use crate::admin::planned_geometry;
+    pub use crate::admin::{planned_geometry, set_maintain_keep_max};
     pub use crate::counts::{hold_counts_folds, hold_counts_merges};
     pub use crate::format::hash::{bucket_of, key_fp, key_hash, place, tag_fp, Place};
     pub use crate::format::tag::{decode, encode};

@@ -10,12 +10,13 @@
 use super::sizing::{self, Planner};
 use super::stats::Stats;
 use crate::counts::counts_path;
-use crate::engine::{CreateOptions, OpenOptions, Store};
+use crate::engine::{CreateOptions, OpenOptions, Store, BULK_ROUND_MAX};
 use crate::error::{Error, Result};
 use crate::format::{Geometry, Half, Tag};
 use crate::side::{remove_if_present, resolve, side_path, sync_dir};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use std::time::Instant;
 
@@ -46,6 +47,18 @@ pub struct MaintainReport {
     pub after: Stats,
     /// Wall-clock seconds taken.
     pub seconds: f64,
+}
+
+/// Most tags the planner's pass keeps for the copy: [`BULK_ROUND_MAX`],
+/// the most a copy's bulk round holds at once anyway (tests lower it, to
+/// run the copy that reads the tags again).
+static KEEP_MAX: AtomicUsize = AtomicUsize::new(BULK_ROUND_MAX);
+
+/// Sets the most tags a maintenance run's planner keeps for its copy
+/// (0: the copy always reads the tags again), for every run in the process.
+#[cfg(feature = "test-hooks")]
+pub fn set_maintain_keep_max(tags: usize) {
+    KEEP_MAX.store(tags, Ordering::Relaxed);
 }
 
 /// Path of the temporary file a maintenance run writes.
@@ -80,15 +93,17 @@ impl Store {
         let half_only = old.is_half_only();
         // The statistics and the planner's pass each read every tag: on two
         // threads (2.5 M tags: 0.9 s and 1.1 s one after the other), or
-        // one after the other when no thread can be started.
+        // one after the other when no thread can be started. The planner's
+        // pass keeps the tags it read when the copy would hold them all at
+        // once anyway (one bulk round): the copy then reads none again.
         let (before, geometry) = std::thread::scope(|s| {
             let stats = std::thread::Builder::new()
                 .name("tagstore-stats".into())
                 .spawn_scoped(s, || old.stats());
             let geometry = match options.geometry {
-                Some(g) => Ok(g),
-                None if options.keep_geometry => Ok(cur),
-                None => plan(&old, half_only, options),
+                Some(g) => Ok((g, None)),
+                None if options.keep_geometry => Ok((cur, None)),
+                None => plan_keeping(&old, half_only, options),
             };
             let before = match stats {
                 Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
@@ -96,7 +111,7 @@ impl Store {
             };
             (before, geometry)
         });
-        let (mut before, geometry) = (before?, geometry?);
+        let (mut before, (geometry, mut kept)) = (before?, geometry?);
         if let Some(m) = &meta_before {
             use std::os::unix::fs::MetadataExt;
             before.file_bytes = m.len();
@@ -156,11 +171,20 @@ impl Store {
             } else {
                 new.bulk_round(total as usize)
             };
+            let kept = kept.take();
+            for c in kept.iter().flat_map(|tags| tags.chunks(per)) {
+                new.insert_unique(c, None)?;
+                done += c.len() as u64;
+                progress(done, total);
+            }
             let mut chunk: Vec<Tag> = Vec::with_capacity(per);
             // A half-only store is copied half by half; any other, tag by tag
-            // (each tag read once, from its object half).
+            // (each tag read once, from its object half), unless the
+            // planner's tags were copied.
             let passes: &[Option<Half>] = if half_only {
                 &[Some(Half::Object), Some(Half::Subject)]
+            } else if kept.is_some() {
+                &[]
             } else {
                 &[None]
             };
@@ -245,23 +269,41 @@ fn release_in_background(last: Option<std::fs::File>) {
 /// twice it, unless the options fix the bucket sizes.
 #[cfg(feature = "test-hooks")]
 pub fn planned_geometry(old: &Store, o: &MaintainOptions) -> Result<Geometry> {
-    plan(old, old.is_half_only(), o)
+    Ok(plan_keeping(old, old.is_half_only(), o)?.0)
 }
 
-/// [`planned_geometry`] of a store known to be half-only or not.
-fn plan(old: &Store, half_only: bool, o: &MaintainOptions) -> Result<Geometry> {
+/// [`planned_geometry`] of a store known to be half-only or not, with the
+/// tags its pass read when they are few enough to copy in one bulk round
+/// (at most [`KEEP_MAX`], which a copy would hold at once anyway).
+fn plan_keeping(
+    old: &Store,
+    half_only: bool,
+    o: &MaintainOptions,
+) -> Result<(Geometry, Option<Vec<Tag>>)> {
     let bp = o.blocks_per_primary.unwrap_or(
         old.geometry()
             .blocks_per_primary
             .min(crate::format::geometry::DEFAULT_BLOCKS_PER_PRIMARY),
     );
     let mut p = Planner::new(old.len(), bp);
+    let mut kept = None;
     if half_only {
         for h in Half::BOTH {
             p.add_all(old.seed(), Some(h), old.half_tags(h))?;
         }
+    } else if old.len() <= KEEP_MAX.load(Ordering::Relaxed) as u64 {
+        let mut tags = Vec::with_capacity(old.len() as usize);
+        for t in old.tags() {
+            let t = t?;
+            for h in Half::BOTH {
+                p.add(old.seed(), h, &t);
+            }
+            tags.push(t);
+        }
+        kept = Some(tags);
     } else {
         p.add_all(old.seed(), None, old.tags())?;
     }
-    Ok(p.choose(o.blocks_per_primary.is_some(), o.blocks_per_secondary))
+    let g = p.choose(o.blocks_per_primary.is_some(), o.blocks_per_secondary);
+    Ok((g, kept))
 }

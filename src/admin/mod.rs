@@ -6,7 +6,7 @@ mod sizing;
 mod stats;
 
 pub use check::CheckReport;
-#[cfg(feature = "test-hooks")]
-pub use maintain::planned_geometry;
 pub use maintain::{maintain_temp_path, MaintainOptions, MaintainReport};
+#[cfg(feature = "test-hooks")]
+pub use maintain::{planned_geometry, set_maintain_keep_max};
 pub use stats::{Growth, Stats};

@@ -18,6 +18,7 @@ mod write;
 
 pub use find::{Find, Tags};
 pub use grow::SPLIT_FILL;
+pub(crate) use ops::BULK_ROUND_MAX;
 pub use options::{BatchOutcome, CreateOptions, OpenOptions};
 pub(crate) use state::State;
 

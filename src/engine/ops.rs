@@ -18,7 +18,7 @@ const BULK_ROUND_MIN: usize = 262_144;
 
 /// Most tags a bulk round holds (32 bytes of memory each plus twice its
 /// encoded size: some 120 bytes for 40 bytes of strings).
-pub(super) const BULK_ROUND_MAX: usize = 4_194_304;
+pub(crate) const BULK_ROUND_MAX: usize = 4_194_304;
 
 impl Store {
     /// Inserts a tag; `Ok(false)` if it was already present (nothing changes).
