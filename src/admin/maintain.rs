@@ -103,7 +103,7 @@ impl Store {
             let geometry = match options.geometry {
                 Some(g) => Ok((g, None)),
                 None if options.keep_geometry => Ok((cur, None)),
-                None => plan_keeping(&old, half_only, options),
+                None => plan(&old, half_only, options, true),
             };
             let before = match stats {
                 Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
@@ -269,16 +269,18 @@ fn release_in_background(last: Option<std::fs::File>) {
 /// twice it, unless the options fix the bucket sizes.
 #[cfg(feature = "test-hooks")]
 pub fn planned_geometry(old: &Store, o: &MaintainOptions) -> Result<Geometry> {
-    Ok(plan_keeping(old, old.is_half_only(), o)?.0)
+    Ok(plan(old, old.is_half_only(), o, false)?.0)
 }
 
-/// [`planned_geometry`] of a store known to be half-only or not, with the
-/// tags its pass read when they are few enough to copy in one bulk round
-/// (at most [`KEEP_MAX`], which a copy would hold at once anyway).
-fn plan_keeping(
+/// [`planned_geometry`] of a store known to be half-only or not; with
+/// `keep`, also the tags its pass read when they are few enough to copy in
+/// one bulk round (at most [`KEEP_MAX`], which a copy would hold at once
+/// anyway).
+fn plan(
     old: &Store,
     half_only: bool,
     o: &MaintainOptions,
+    keep: bool,
 ) -> Result<(Geometry, Option<Vec<Tag>>)> {
     let bp = o.blocks_per_primary.unwrap_or(
         old.geometry()
@@ -291,7 +293,7 @@ fn plan_keeping(
         for h in Half::BOTH {
             p.add_all(old.seed(), Some(h), old.half_tags(h))?;
         }
-    } else if old.len() <= KEEP_MAX.load(Ordering::Relaxed) as u64 {
+    } else if keep && old.len() <= KEEP_MAX.load(Ordering::Relaxed) as u64 {
         let mut tags = Vec::with_capacity(old.len() as usize);
         for t in old.tags() {
             let t = t?;
