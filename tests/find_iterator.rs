@@ -110,3 +110,70 @@ fn take_returns_distinct_results_of_the_key() {
         );
     }
 }
+
+/// The remaining results of an iterator FIND, sorted.
+fn rest(found: tagstore::Find<'_>) -> Vec<String> {
+    let mut v: Vec<String> = found.collect::<Result<_, _>>().expect("find");
+    v.sort();
+    v
+}
+
+/// Regression (the iterator took the store's lock twice and always held off
+/// splits): a FIND done in its first step, made under one lock with the
+/// search, no longer holds off the store's growth while the caller keeps
+/// the iterator; one with blocks left to read still does (its tags must not
+/// move between steps), until it is dropped.
+#[test]
+fn only_an_unfinished_iterator_holds_off_splits() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let opts = CreateOptions {
+        blocks_per_primary: Some(1),
+        blocks_per_secondary: Some(4),
+        ..Default::default()
+    };
+    let s = Store::create(dir.path().join("grow.tags"), &opts).expect("create");
+    let mut model = BTreeSet::new();
+    for i in 0..400 {
+        model.insert(Tag::new(format!("p{i}"), "isa", "peak"));
+    }
+    model.insert(Tag::new("s1", "isa", "small"));
+    for t in &model {
+        s.insert(t).expect("insert");
+    }
+    let mut n = 0u32;
+    let mut more = |s: &Store, k: u32| {
+        for _ in 0..k {
+            n += 1;
+            s.insert(&Tag::new(format!("o{n}"), "isa", format!("x{n}")))
+                .expect("insert");
+        }
+    };
+    // A small key's FIND is done in its first step: the store grows meanwhile.
+    let small = s.find_objects("small", "isa");
+    let before = s.geometry().primary_buckets_per_half;
+    more(&s, 300);
+    let grown = s.geometry().primary_buckets_per_half;
+    assert!(
+        grown > before,
+        "no split while a finished FIND was kept: {before} buckets"
+    );
+    assert_eq!(rest(small), ["s1"]);
+    // A peak's FIND reads it in several steps: no split until it is dropped.
+    let mut peak = s.find_objects("peak", "isa");
+    let first = peak.next().expect("a result").expect("find");
+    more(&s, 300);
+    assert_eq!(
+        s.geometry().primary_buckets_per_half,
+        grown,
+        "a split under a FIND"
+    );
+    let mut got = rest(peak);
+    got.push(first);
+    got.sort();
+    assert_eq!(got, objects_of(&model, "peak"));
+    more(&s, 1);
+    assert!(
+        s.geometry().primary_buckets_per_half > grown,
+        "splits caught up"
+    );
+}

@@ -186,7 +186,9 @@ fn bad_slot(block: u64, slot: usize) -> Error {
 /// Streaming FIND results: the subjects of an object, or the objects of a subject.
 pub struct Find<'s> {
     store: &'s Store,
-    _reading: Reading<'s>,
+    /// Registered once the first step leaves blocks to read (no split
+    /// moves tags between two steps); a FIND done in one step never is.
+    _reading: Option<Reading<'s>>,
     search: Search,
     /// Results of the last step, concatenated (checked as UTF-8 once, not
     /// once per result), and where each ends: the visitor FINDs' buffers,
@@ -204,25 +206,39 @@ pub struct Find<'s> {
     /// peak's FIND 4.5 times the visitor's.)
     steps: u32,
     failed: bool,
+    /// The first step's error, returned by the first `next`.
+    first_error: Option<Error>,
 }
 
 impl<'s> Find<'s> {
+    /// Places the search and takes its first step under one read lock (a
+    /// FIND of a few tags then takes the lock once, as the visitor does).
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
-        let reading = Reading::new(store);
         let (mut bytes, mut ends) = take_bufs();
         bytes.clear();
         ends.clear();
-        Find {
+        let st = store.read();
+        let mut f = Find {
             store,
-            _reading: reading,
-            search: Search::new(&store.read(), half, relationship, name),
+            _reading: None,
+            search: Search::new(&st, half, relationship, name),
             text: String::from_utf8(bytes).unwrap_or_default(),
             ends,
             taken: 0,
             start: 0,
             steps: 0,
             failed: false,
+            first_error: None,
+        };
+        if let Err(e) = f.fill(&st) {
+            f.failed = true;
+            f.ends.clear();
+            f.first_error = Some(e);
+        } else if !f.search.walk.done() {
+            // Registered before the lock goes: no split between the steps.
+            f._reading = Some(Reading::new(store));
         }
+        f
     }
 
     fn fill(&mut self, st: &State) -> Result<()> {
@@ -251,6 +267,9 @@ impl Iterator for Find<'_> {
     type Item = Result<String>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.first_error.take() {
+            return Some(Err(e));
+        }
         loop {
             if let Some(&end) = self.ends.get(self.taken) {
                 let start = std::mem::replace(&mut self.start, end);
