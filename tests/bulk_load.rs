@@ -13,7 +13,9 @@
 //! write-back of a pass. After the reopen every tag of the batch must be
 //! whole (both halves or none), nothing stored before may be lost, and
 //! nothing outside the batch may appear. A read-only open before that
-//! either succeeds or refuses with `BulkPending`.
+//! finishes the round in memory: it serves exactly the tags the writable
+//! reopen then holds, passes `check()`, and leaves the file's bytes as
+//! they were (it refused with `BulkPending` until 2026-11-29).
 //!
 //! Regression (CI at 239d156): every test here runs alone (`serial`). The
 //! tmpfs test spawns `cp` and `mount`; a child forked while the model test
@@ -29,7 +31,25 @@ use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tagstore::{CreateOptions, Durability, Error, Half, Store, Tag};
+use tagstore::{CreateOptions, Durability, Half, Store, Tag};
+
+/// The tags a read-only open of the crashed store at `path` serves (it
+/// must open, pass `check()` and leave the file's bytes as they were).
+fn read_only_view(path: &Path, when: &str) -> BTreeSet<Tag> {
+    let before = std::fs::read(path).expect("read store");
+    let ro = Store::open_read_only(path).unwrap_or_else(|e| panic!("{when}: read-only open: {e}"));
+    assert_check_ok(&ro, &format!("{when}, read-only"));
+    let seen = ro
+        .tags()
+        .collect::<Result<_, _>>()
+        .expect("read-only export");
+    drop(ro);
+    assert!(
+        std::fs::read(path).expect("read store") == before,
+        "{when}: a read-only open wrote"
+    );
+    seen
+}
 
 /// Crashes after which some but not all new tags of the batch survived
 /// (the redo at open had halves to agree).
@@ -196,13 +216,13 @@ fn run(buckets: u32, blocks_per_secondary: u32, bulk: (usize, usize), steps: &[S
                     store = Some(s);
                 } else {
                     s.abandon();
-                    match Store::open_read_only(&path) {
-                        Ok(ro) => drop(ro),
-                        Err(Error::BulkPending(_)) => {}
-                        Err(e) => panic!("{when}: read-only open: {e}"),
-                    }
+                    let seen = read_only_view(&path, &when);
                     let s = open(&path, bulk);
                     let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+                    assert_eq!(
+                        seen, got,
+                        "{when}: the read-only view and the recovery differ"
+                    );
                     let outside: Vec<&Tag> = got
                         .symmetric_difference(&model)
                         .filter(|t| !batch.contains(t))
@@ -342,8 +362,13 @@ fn crash_at_every_write_of_a_bulk_batch() {
         let done = s.insert_batch(&batch).1.is_ok();
         s.abandon();
         let when = format!("crash at write {k}");
+        let seen = read_only_view(&path, &when);
         let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: reopen: {e}"));
         let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+        assert_eq!(
+            seen, got,
+            "{when}: the read-only view and the recovery differ"
+        );
         assert!(got.is_superset(&model), "{when}: tags stored before lost");
         let kept = got.len() - model.len();
         for t in batch.iter().step_by(7) {

@@ -75,7 +75,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tagstore::testing::SyncPoint;
-use tagstore::{journal_path, CreateOptions, Durability, Store, Tag};
+use tagstore::{journal_path, CreateOptions, Durability, Error, Store, Tag};
 
 const PAGE: usize = 4096;
 const SECTOR: usize = 512;
@@ -339,13 +339,22 @@ fn verify_image(img: &Image, rng: &mut Rng) -> Result<(), String> {
     }
     let extra = img.expect.all_tags();
     if rng.chance(250) {
-        let ro = Store::open_read_only(&path)
-            .map_err(|e| format!("open_read_only did not recover: {e}"))?;
-        let seen = observe(&ro, &extra).map_err(|e| format!("after open_read_only: {e}"))?;
-        img.expect
-            .judge(&seen)
-            .map_err(|e| format!("after open_read_only: {e}"))?;
-        drop(ro);
+        // A bulk round cut in mapped mode is refused read-only, by design
+        // (DESIGN.md §5.5): only a writable open finishes it. (A split cut
+        // so is finished in memory: seed 20903605830045 of base 19 was
+        // refused with `SplitPending` before.)
+        match Store::open_read_only(&path) {
+            Err(Error::BulkPending(_)) if !img.power => {}
+            r => {
+                let ro = r.map_err(|e| format!("open_read_only did not recover: {e}"))?;
+                let seen =
+                    observe(&ro, &extra).map_err(|e| format!("after open_read_only: {e}"))?;
+                img.expect
+                    .judge(&seen)
+                    .map_err(|e| format!("after open_read_only: {e}"))?;
+                drop(ro);
+            }
+        }
     }
     let store = Store::open(&path).map_err(|e| format!("open did not recover: {e}"))?;
     let seen = observe(&store, &extra)?;

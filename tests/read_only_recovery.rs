@@ -45,13 +45,13 @@ fn tag(i: u32) -> Tag {
 /// One `#[test]` per `name: case(Crash variant);` line (doc comments
 /// kept), each run alone (`serial()`).
 macro_rules! crash_tests {
-    ($($(#[$doc:meta])* $name:ident: $case:ident($crash:ident);)*) => {
+    ($($(#[$doc:meta])* $name:ident: $case:ident($($crash:tt)*);)*) => {
         $(
             $(#[$doc])*
             #[test]
             fn $name() {
                 let _serial = serial();
-                $case(Crash::$crash);
+                $case(Crash::$($crash)*);
             }
         )*
     };
@@ -64,6 +64,15 @@ enum Crash {
     MidInsert,
     /// (b) Immediate mode, journal left pending.
     PendingJournal,
+    /// (c) None mode, crashed inside a bucket split, this many writes in.
+    MidSplit(u64),
+}
+
+/// The operation byte of the intent record a crash left (DESIGN.md §3.2:
+/// block 1, byte 8; 3 is a split).
+fn intent_op(path: &Path) -> u8 {
+    let bytes = std::fs::read(path).expect("read store");
+    bytes[4096 + 8]
 }
 
 /// An unclean store: its acknowledged tags and the tag in flight (if any).
@@ -98,6 +107,30 @@ fn unclean_store(dir: &Path, crash: Crash) -> Unclean {
             );
             Some(t)
         }
+        Crash::MidSplit(writes) => {
+            // Inserts until the next one makes the store fuller than its
+            // split threshold (70 % of its primary slots), then crashes
+            // that insert inside the split it makes first.
+            let mut i = 150;
+            loop {
+                let g = s.geometry();
+                let slots = g.primary_buckets_per_half as u64 * g.blocks_per_primary as u64 * 25;
+                if (s.len() + 1) as f64 > 0.7 * slots as f64 {
+                    break;
+                }
+                assert!(s.insert(&tag(i)).expect("insert"));
+                acked.insert(tag(i));
+                i += 1;
+            }
+            s.fail_after_writes(Some(writes));
+            assert!(
+                s.insert(&tag(i)).is_err(),
+                "the insert with an injected crash succeeded"
+            );
+            // The split comes before the insert's own writes: its tag is
+            // not stored (`tags()` would show it otherwise).
+            None
+        }
         Crash::PendingJournal => {
             s.set_durability(Durability::Immediate)
                 .expect("set_durability");
@@ -111,6 +144,13 @@ fn unclean_store(dir: &Path, crash: Crash) -> Unclean {
         }
     };
     s.abandon();
+    if let Crash::MidSplit(_) = crash {
+        assert_eq!(
+            intent_op(&path),
+            3,
+            "the crash did not leave a split pending"
+        );
+    }
     if let Crash::PendingJournal = crash {
         let j = journal_path(&path);
         assert!(
@@ -360,6 +400,16 @@ crash_tests! {
     /// acknowledged tag is served, the journal and `STORE.counts` stay
     /// byte-for-byte as they were, and a writable open then recovers the same.
     read_only_open_with_pending_journal_never_writes: library_case(PendingJournal);
+
+    /// Issue: a read-only open of a store that crashed inside a bucket
+    /// split (`Durability::None`) was refused (`SplitPending`): it now
+    /// finishes the split in memory, serves exactly what the writable
+    /// open's redo then leaves, and writes nothing. Cut right after the
+    /// intent record and the superblock, before any tag moved.
+    read_only_open_after_a_split_cut_before_its_moves: library_case(MidSplit(3));
+
+    /// The same, cut in the middle of the split's moves.
+    read_only_open_after_a_split_cut_among_its_moves: library_case(MidSplit(6));
 }
 
 fn cli_ok(args: &[&str]) -> String {
@@ -512,6 +562,10 @@ crash_tests! {
     /// Issue: the CLI read commands on a store with a pending journal must all
     /// succeed and leave the store, its journal and its counts unchanged.
     cli_reads_with_pending_journal_never_write: cli_case(PendingJournal);
+
+    /// Issue: the CLI read commands on a store that crashed inside a bucket
+    /// split were refused; they now succeed, and change nothing.
+    cli_reads_after_a_split_crash_never_write: cli_case(MidSplit(5));
 }
 
 /// Issue: on a read-only filesystem a store left unclean (None mode,

@@ -204,11 +204,9 @@ impl Store {
     /// Opens an existing store for reading only (shared lock; many readers).
     ///
     /// Nothing is ever written: a store left unclean by a crash is recovered
-    /// in memory (journal replayed, interrupted operation redone, tables
-    /// rebuilt) and served from that view; the next writable open recovers
-    /// it on disk. A bucket split or bulk round interrupted in mapped mode
-    /// is refused ([`Error::SplitPending`], [`Error::BulkPending`]): only a
-    /// writable open finishes those.
+    /// in memory (journal replayed, interrupted operation redone, a bucket
+    /// split or bulk round finished, tables rebuilt) and served from that
+    /// view; the next writable open recovers it on disk.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         Self::open_with_options(
             path,
@@ -308,15 +306,12 @@ impl Store {
             .as_ref()
             .filter(|i| i.op == IntentOp::Split)
             .map(|i| i.object_identity);
-        // A salvage reads such a store as it lies: a tag caught between two
-        // buckets may come twice, none is missed.
-        if split.is_some() && !writable && !salvage {
-            return Err(Error::SplitPending(path.to_path_buf()));
-        }
         let bulk = pending.is_some_and(|i| i.op == IntentOp::Bulk);
-        if bulk && !writable && !salvage {
-            return Err(Error::BulkPending(path.to_path_buf()));
-        }
+        // A read-only open finishes a split or a bulk round in memory
+        // (below); a salvage reads such a store as it lies: a tag caught
+        // between two buckets may come twice, none is missed.
+        let in_memory = !writable && !salvage;
+        let split_in_memory = split.filter(|_| in_memory);
         // A salvage reads every block (its damaged ones repaired in memory),
         // so it rebuilds the tables even after a clean close.
         let persisted = if sb.clean() && !replayed && !salvage {
@@ -347,6 +342,14 @@ impl Store {
                         {
                             overlay.insert(n, img);
                             damaged.push(n);
+                        }
+                    }
+                    if split_in_memory.is_some() {
+                        // The torn blocks the writable open repairs on disk.
+                        for (n, img) in
+                            recovery::repaired_split_images(&file, &geo, sb.seed, blocks)?
+                        {
+                            overlay.entry(n).or_insert(img);
                         }
                     }
                     for (n, img) in recovery::intent_redo(&file, &overlay, &geo, sb.seed)? {
@@ -383,6 +386,12 @@ impl Store {
             closed: false,
             readers: Arc::new(AtomicUsize::new(0)),
         };
+        if let Some((old, level)) = split_in_memory {
+            state.redo_in_memory(|s| s.redo_split(old, level))?;
+        }
+        if bulk && in_memory {
+            state.redo_in_memory(State::redo_bulk)?;
+        }
         if writable {
             state.mark_open()?;
             if let Some((old, level)) = split {

@@ -94,7 +94,22 @@ pub fn intent_redo(
 /// (`State::redo_split`): a tag dropped here from one chain is still in the
 /// other. Returns the blocks repaired.
 pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64) -> Result<u64> {
-    let mut fixed = 0;
+    let fixed = repaired_split_images(file, geo, seed, blocks)?;
+    for (b, img) in &fixed {
+        file.block_mut(*b)?.copy_from_slice(img);
+    }
+    Ok(fixed.len() as u64)
+}
+
+/// The images [`repair_split`] writes, of the blocks it repairs (a
+/// read-only open keeps them in memory).
+pub fn repaired_split_images(
+    file: &MappedFile,
+    geo: &Layout,
+    seed: u64,
+    blocks: u64,
+) -> Result<Vec<(u64, Box<[u8]>)>> {
+    let mut fixed = Vec::new();
     for b in INTENT_BLOCK + 1..blocks {
         let raw = file.block(b)?;
         let r = BlockRef(raw);
@@ -115,8 +130,7 @@ pub fn repair_split(file: &mut MappedFile, geo: &Layout, seed: u64, blocks: u64)
             }
             m.seal();
         }
-        file.block_mut(b)?.copy_from_slice(&img);
-        fixed += 1;
+        fixed.push((b, img));
     }
     Ok(fixed)
 }

@@ -30,6 +30,19 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// Runs `redo` (the redo of a split or a bulk round a crash cut short)
+    /// for a read-only open: its writes reach the pager's private copies
+    /// only (`pager/memory.rs`), which the store's reads then see, and the
+    /// tags are counted again; the file is never written.
+    pub fn redo_in_memory(&mut self, redo: impl FnOnce(&mut State) -> Result<()>) -> Result<()> {
+        self.pager.begin_memory_writes();
+        let r = redo(self);
+        let ended = self.pager.end_memory_writes();
+        r.and(ended)?;
+        self.tag_count = self.index.count_stored(self.half_only());
+        Ok(())
+    }
+
     /// Block reads (admin: check, stats).
     pub(crate) fn pager(&self) -> &Pager {
         &self.pager

@@ -138,6 +138,9 @@ impl Pager {
             }
             return self.file.block_mut(n);
         }
+        if self.memory_only {
+            return self.memory_copy(n);
+        }
         let image_next = self.needs_image(n);
         let (copy, p) = self.copy_for_write(n)?;
         // Lines about to be written for the first time since the last
@@ -158,7 +161,7 @@ impl Pager {
         n: u64,
         lines: u64,
     ) -> Result<(&mut [u8], Option<&mut Vec<u8>>)> {
-        if self.durability == Durability::None {
+        if self.durability == Durability::None || self.memory_only {
             return Ok((self.block_for_write_lines(n, lines)?, None));
         }
         let image_next = self.needs_image(n);

@@ -14,6 +14,7 @@ mod direct;
 mod file;
 mod group;
 mod journal;
+mod memory;
 mod readahead;
 mod replay;
 mod reserve;
@@ -108,6 +109,9 @@ pub struct Pager {
     /// (read for their sound slots) or do not belong where they lie (read
     /// as empty); `None`: such a block is an error.
     salvage: Option<Mutex<BTreeSet<u64>>>,
+    /// Read-only recovery finishing a split: writes reach private copies
+    /// only (`memory.rs`).
+    memory_only: bool,
 }
 
 fn verified_len(file_len: u64) -> usize {
@@ -148,6 +152,7 @@ impl Pager {
             scanned_ahead: AtomicBool::new(false),
             read_ahead: AtomicU64::new(0),
             salvage: None,
+            memory_only: false,
         }
     }
 
@@ -230,9 +235,9 @@ impl Pager {
             if let Some(b) = self.overlay.get(&n) {
                 return Ok(BlockRef(b));
             }
-            if n < self.virtual_blocks && n >= self.file.len() / BLOCK_SIZE as u64 {
-                return Ok(BlockRef(&file::ZERO_BLOCK));
-            }
+        }
+        if n < self.virtual_blocks && n >= self.file.len() / BLOCK_SIZE as u64 {
+            return Ok(BlockRef(&file::ZERO_BLOCK));
         }
         // Backed but never written (journaled modes): zeros, without a read
         // through the map, where each such page faulted and the kernel
@@ -310,6 +315,9 @@ impl Pager {
 
     /// Sets the file length (growing or shrinking the secondary partition).
     pub fn set_len(&mut self, len: u64) -> Result<()> {
+        if self.memory_set_len(len) {
+            return Ok(());
+        }
         if len < self.file.len() {
             // Blocks cut off come back as zeros, not as the checkpoint left
             // them, and as holes: no longer backed.

@@ -32,6 +32,11 @@ impl Pager {
     /// `fresh`: the block (or, in the secondary partition, its whole bucket)
     /// is known never written, so it may be zero-filled instead.
     pub fn ensure_reserved(&mut self, b: u64, fresh: bool) -> Result<()> {
+        if self.memory_only {
+            // Nothing reaches the disk.
+            self.mark_reserved(b, 1);
+            return Ok(());
+        }
         if self.is_reserved(b) {
             return Ok(());
         }
@@ -71,6 +76,10 @@ impl Pager {
     /// not backed yet, one call per run of them (a split's new primary
     /// bucket: one call instead of one per block).
     pub fn ensure_reserved_fresh_run(&mut self, first: u64, n: u64) -> Result<()> {
+        if self.memory_only {
+            self.mark_reserved(first, n);
+            return Ok(());
+        }
         let end = first + n;
         let mut b = first;
         while b < end {
@@ -91,7 +100,11 @@ impl Pager {
     /// ahead of its first write, off this thread (journaled modes; see
     /// `ahead.rs`).
     pub fn back_ahead(&mut self, b: u64) {
-        if self.durability != Durability::None && self.bulk.is_none() && !self.is_reserved(b) {
+        if self.durability != Durability::None
+            && self.bulk.is_none()
+            && !self.memory_only
+            && !self.is_reserved(b)
+        {
             self.file.back_ahead(self.ahead_gen, b);
         }
     }
