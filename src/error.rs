@@ -50,9 +50,9 @@ pub enum Error {
     ReadOnly,
     /// An earlier write failed halfway; this handle refuses writes until the store is reopened.
     Poisoned,
-    /// A bucket split interrupted by a crash, which only a writable open finishes (no longer returned: read-only opens finish it in memory since 2026-11-29).
+    /// A read-only open found a bucket split interrupted by a crash that it cannot finish in memory (more than 1 GiB of blocks to copy).
     SplitPending(PathBuf),
-    /// A bulk insert or delete interrupted by a crash, which only a writable open finishes (no longer returned: read-only opens finish it in memory since 2026-11-29).
+    /// A read-only open found a bulk insert or delete interrupted by a crash that it cannot finish in memory (more than 1 GiB of blocks to copy).
     BulkPending(PathBuf),
     /// The store's journal was written by a newer build (its commits would
     /// be lost if this build went on without them).

@@ -63,5 +63,5 @@ pub mod testing {
     pub use crate::format::hash::{bucket_of, key_fp, key_hash, place, tag_fp, Place};
     pub use crate::format::tag::{decode, encode};
     pub use crate::format::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};
-    pub use crate::pager::{SyncHook, SyncPoint};
+    pub use crate::pager::{set_memory_redo_max, SyncHook, SyncPoint};
 }

@@ -31,7 +31,7 @@ use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use tagstore::{CreateOptions, Durability, Half, Store, Tag};
+use tagstore::{CreateOptions, Durability, Error, Half, Store, Tag};
 
 /// The tags a read-only open of the crashed store at `path` serves (it
 /// must open, pass `check()` and leave the file's bytes as they were).
@@ -533,4 +533,76 @@ fn bulk_into_a_store_opened_on_a_full_tmpfs() {
 fn whole_quiet(s: &Store, t: &Tag) -> bool {
     let (c, o, sub) = common::crash::halves(s, t);
     c && o && sub
+}
+
+/// Puts the read-only redo's bound back when dropped (even on a panic).
+struct RedoBound;
+
+impl Drop for RedoBound {
+    fn drop(&mut self) {
+        tagstore::testing::set_memory_redo_max(262_144);
+    }
+}
+
+/// A read-only open finishes a bulk round a crash cut short in memory, up
+/// to a bound on the blocks it copies (1 GiB): past it, it refuses the
+/// store with `BulkPending` (a writable open finishes it) and writes
+/// nothing, rather than risk the machine's memory (a round's redo may put
+/// the other half of millions of tags into as many blocks). Here the bound
+/// is 0 blocks: every crash whose redo has halves to write is refused, and
+/// opens with the usual bound.
+#[test]
+fn a_read_only_redo_past_its_memory_bound_is_refused() {
+    let _one = serial();
+    let _bound = RedoBound;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = dir.path().join("base.tags");
+    let opts = CreateOptions {
+        expected_tags: 100,
+        primary_buckets_per_half: Some(2),
+        blocks_per_primary: Some(1),
+        blocks_per_secondary: Some(1),
+        seed: Some(13),
+    };
+    let s = Store::create(&base, &opts).expect("create");
+    s.close().expect("close");
+    let batch: Vec<Tag> = (0..600u32)
+        .map(|i| Tag::new(format!("new{i}"), "in", format!("s{}", i % 9)))
+        .collect();
+    let mut refused = 0;
+    for k in (0..5_000u64).step_by(9) {
+        let path = dir.path().join(format!("k{k}.tags"));
+        std::fs::copy(&base, &path).expect("copy");
+        let s = open(&path, (4096, usize::MAX));
+        s.fail_after_writes(Some(k));
+        let done = s.insert_batch(&batch).1.is_ok();
+        s.abandon();
+        if done {
+            break;
+        }
+        let when = format!("crash at write {k}");
+        let bytes = std::fs::read(&path).expect("read store");
+        tagstore::testing::set_memory_redo_max(0);
+        match Store::open_read_only(&path) {
+            Ok(_) => {}
+            Err(Error::BulkPending(_)) => refused += 1,
+            Err(e) => panic!("{when}: read-only open with no room: {e}"),
+        }
+        assert!(
+            std::fs::read(&path).expect("read store") == bytes,
+            "{when}: wrote"
+        );
+        tagstore::testing::set_memory_redo_max(262_144);
+        let seen = read_only_view(&path, &when);
+        let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: reopen: {e}"));
+        let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+        assert_eq!(
+            seen, got,
+            "{when}: the read-only view and the recovery differ"
+        );
+    }
+    assert!(
+        refused > 2,
+        "too few crashes with halves to write: {refused}"
+    );
 }

@@ -607,3 +607,49 @@ fn unclean_store_on_read_only_filesystem_is_readable() {
     assert_unchanged(&before, &fs.dir, "read-only fs");
     drop(fs);
 }
+
+/// Rewrites the split named by the intent record of the store at `path`
+/// (DESIGN.md §3.2: bucket at byte 40, level at 44, CRC32 of bytes 4..216
+/// at 0) to bucket `old` at level `level`.
+fn forge_split_intent(path: &Path, old: u32, level: u32) {
+    let mut bytes = std::fs::read(path).expect("read store");
+    let rec = &mut bytes[4096..4096 + 216];
+    assert_eq!(rec[8], 3, "a split is pending");
+    rec[40..44].copy_from_slice(&old.to_le_bytes());
+    rec[44..48].copy_from_slice(&level.to_le_bytes());
+    let crc = crc32fast::hash(&rec[4..216]);
+    rec[0..4].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, &bytes).expect("write store");
+}
+
+/// Regression (found in review): an intent record naming a split the
+/// superblock does not lead to (a power cut in mode `none` may keep the
+/// record's page and lose the superblock's, or a crafted file) sent the
+/// redo to a bucket past the tables' end: an index panic in the writable
+/// open, and now in read-only opens too, which finish splits in memory.
+/// Both opens now refuse such a store as corrupt, and the read-only one
+/// still writes nothing.
+#[test]
+fn a_split_intent_that_does_not_fit_the_superblock_is_refused() {
+    let _serial = serial();
+    for (old, level) in [(1_000_000, None), (0, Some(40)), (7, Some(0))] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let u = unclean_store(dir.path(), Crash::MidSplit(3));
+        let bytes = std::fs::read(&u.path).expect("read store");
+        let at = u32::from_le_bytes(bytes[4096 + 44..4096 + 48].try_into().expect("4 bytes"));
+        forge_split_intent(&u.path, old, level.unwrap_or(at));
+        let before = snapshot(dir.path());
+        let when = format!("split of bucket {old} at level {level:?}");
+        for r in [Store::open_read_only(&u.path), Store::open(&u.path)] {
+            match r {
+                Err(Error::Corrupt(m)) => assert!(
+                    m.contains("intent record"),
+                    "{when}: the error names the record: {m}"
+                ),
+                Err(e) => panic!("{when}: not refused as corrupt: {e}"),
+                Ok(_) => panic!("{when}: opened"),
+            }
+            assert_unchanged(&before, dir.path(), &when);
+        }
+    }
+}

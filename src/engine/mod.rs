@@ -206,7 +206,9 @@ impl Store {
     /// Nothing is ever written: a store left unclean by a crash is recovered
     /// in memory (journal replayed, interrupted operation redone, a bucket
     /// split or bulk round finished, tables rebuilt) and served from that
-    /// view; the next writable open recovers it on disk.
+    /// view; the next writable open recovers it on disk. Finishing a split
+    /// or bulk round that would copy more than 1 GiB of blocks is refused
+    /// ([`Error::SplitPending`], [`Error::BulkPending`]).
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         Self::open_with_options(
             path,
@@ -306,6 +308,10 @@ impl Store {
             .as_ref()
             .filter(|i| i.op == IntentOp::Split)
             .map(|i| i.object_identity);
+        if let Some((old, level)) = split.filter(|_| !salvage) {
+            // Before any repair writes: a record that does not fit is refused.
+            grow::check_split_intent(&geo, old, level)?;
+        }
         let bulk = pending.is_some_and(|i| i.op == IntentOp::Bulk);
         // A read-only open finishes a split or a bulk round in memory
         // (below); a salvage reads such a store as it lies: a tag caught
@@ -319,6 +325,9 @@ impl Store {
         } else {
             None
         };
+        // Where the store's blocks end (what the file holds past it, a
+        // writable open cuts off).
+        let mut store_end = blocks;
         let recovered = persisted.is_none();
         let mut pager;
         let tables = match persisted {
@@ -328,6 +337,7 @@ impl Store {
             }
             None => {
                 let sec = recovery::secondary_count(&file, &sb, blocks);
+                store_end = geo.file_len(sec) / BLOCK_SIZE as u64;
                 if writable {
                     if split.is_some() {
                         recovery::repair_split(&mut file, &geo, sb.seed, blocks)?;
@@ -345,9 +355,10 @@ impl Store {
                         }
                     }
                     if split_in_memory.is_some() {
-                        // The torn blocks the writable open repairs on disk.
-                        for (n, img) in
-                            recovery::repaired_split_images(&file, &geo, sb.seed, blocks)?
+                        // The torn blocks the writable open repairs on disk
+                        // (of the file's blocks that belong to the store).
+                        let end = store_end.min(file.len() / BLOCK_SIZE as u64);
+                        for (n, img) in recovery::repaired_split_images(&file, &geo, sb.seed, end)?
                         {
                             overlay.entry(n).or_insert(img);
                         }
@@ -387,10 +398,12 @@ impl Store {
             readers: Arc::new(AtomicUsize::new(0)),
         };
         if let Some((old, level)) = split_in_memory {
-            state.redo_in_memory(|s| s.redo_split(old, level))?;
+            let refused = Error::SplitPending(path.to_path_buf());
+            state.redo_in_memory(store_end, refused, |s| s.redo_split(old, level))?;
         }
         if bulk && in_memory {
-            state.redo_in_memory(State::redo_bulk)?;
+            let refused = Error::BulkPending(path.to_path_buf());
+            state.redo_in_memory(store_end, refused, State::redo_bulk)?;
         }
         if writable {
             state.mark_open()?;

@@ -1,7 +1,7 @@
 //! The state behind a store's lock: pager, index, superblock and the tag count.
 
 use crate::counts::Feed;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{Superblock, FLAG_CLEAN, NONE};
 use crate::index::Index;
 use crate::pager::{is_no_space, Durability, Pager};
@@ -31,13 +31,23 @@ pub(crate) struct State {
 
 impl State {
     /// Runs `redo` (the redo of a split or a bulk round a crash cut short)
-    /// for a read-only open: its writes reach the pager's private copies
-    /// only (`pager/memory.rs`), which the store's reads then see, and the
-    /// tags are counted again; the file is never written.
-    pub fn redo_in_memory(&mut self, redo: impl FnOnce(&mut State) -> Result<()>) -> Result<()> {
-        self.pager.begin_memory_writes();
+    /// for a read-only open of a store whose blocks end at block `end`: its
+    /// writes reach the pager's private copies only (`pager/memory.rs`),
+    /// which the store's reads then see, and the tags are counted again;
+    /// the file is never written. `refused` is the error when the copies
+    /// would pass their bound (a writable open must finish it).
+    pub fn redo_in_memory(
+        &mut self,
+        end: u64,
+        refused: Error,
+        redo: impl FnOnce(&mut State) -> Result<()>,
+    ) -> Result<()> {
+        self.pager.begin_memory_writes(end);
         let r = redo(self);
         let ended = self.pager.end_memory_writes();
+        if self.pager.memory_full() {
+            return Err(refused);
+        }
         r.and(ended)?;
         self.tag_count = self.index.count_stored(self.half_only());
         Ok(())

@@ -705,7 +705,9 @@ pub struct SeqReader<'a> {
     n: u64,
     /// Blocks recovered in memory (a read-only open), served first.
     overlay: Option<&'a HashMap<u64, Arc<[u8]>>>,
-    /// Blocks past the file's end up to here read as zeros (never written).
+    /// Blocks from `zeros_from` (the file's end, or the store's when the
+    /// file runs past it) up to `blocks` read as zeros.
+    zeros_from: u64,
     blocks: u64,
     /// Blocks known to lie in a hole of the sparse file: served as zeros
     /// without a read (a pre-sized store is mostly holes).
@@ -727,19 +729,23 @@ impl<'a> SeqReader<'a> {
             start: 0,
             n: 0,
             overlay: None,
+            zeros_from: u64::MAX,
             blocks: 0,
             hole: 0..0,
         }
     }
 
-    /// A reader that serves `overlay`'s blocks first and zeros up to `blocks`.
+    /// A reader that serves `overlay`'s blocks first and zeros from
+    /// `zeros_from` up to `blocks`.
     pub fn with_overlay(
         file: &'a MappedFile,
         overlay: &'a HashMap<u64, Arc<[u8]>>,
+        zeros_from: u64,
         blocks: u64,
     ) -> Self {
         SeqReader {
             overlay: Some(overlay),
+            zeros_from,
             blocks,
             ..SeqReader::new(file)
         }
@@ -750,7 +756,7 @@ impl<'a> SeqReader<'a> {
         if let Some(img) = self.overlay.and_then(|o| o.get(&b)) {
             return Ok(img);
         }
-        if b >= self.file.len() / BLOCK_SIZE as u64 && b < self.blocks {
+        if b >= self.zeros_from && b < self.blocks {
             return Ok(&ZERO_BLOCK);
         }
         if self.hole.contains(&b) {

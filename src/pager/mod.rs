@@ -29,6 +29,8 @@ pub use commit::{Durability, SyncHook};
 pub use file::{is_no_space, MappedFile, SeqReader};
 pub use group::Group;
 pub use journal::journal_path;
+#[cfg(feature = "test-hooks")]
+pub use memory::set_memory_redo_max;
 pub use replay::{journal_images, journal_pending, journal_superblock, replay_journal};
 pub use write::Identity;
 
@@ -112,6 +114,11 @@ pub struct Pager {
     /// Read-only recovery finishing a split: writes reach private copies
     /// only (`memory.rs`).
     memory_only: bool,
+    /// Blocks from here up to `virtual_blocks` read as zeros, whatever the
+    /// file holds there (`u64::MAX`: from the file's end; `memory.rs`).
+    zero_from: u64,
+    /// A memory-only write was refused: the copies would pass their bound.
+    memory_full: bool,
 }
 
 fn verified_len(file_len: u64) -> usize {
@@ -153,6 +160,8 @@ impl Pager {
             read_ahead: AtomicU64::new(0),
             salvage: None,
             memory_only: false,
+            zero_from: u64::MAX,
+            memory_full: false,
         }
     }
 
@@ -200,7 +209,7 @@ impl Pager {
         if let Some(b) = self.overlay.get(&n) {
             return Ok(b);
         }
-        if n >= self.file.len() / BLOCK_SIZE as u64 && n < self.virtual_blocks {
+        if self.reads_zero(n) {
             return Ok(&file::ZERO_BLOCK);
         }
         self.file.block(n)
@@ -216,7 +225,12 @@ impl Pager {
 
     /// A sequential reader over every block (table rebuilds).
     pub fn seq_reader(&self) -> SeqReader<'_> {
-        SeqReader::with_overlay(&self.file, &self.overlay, self.virtual_blocks)
+        SeqReader::with_overlay(
+            &self.file,
+            &self.overlay,
+            self.zeros_from(),
+            self.virtual_blocks,
+        )
     }
 
     /// The mapped file (raw reads: rebuilds, checks, sizes).
@@ -236,7 +250,7 @@ impl Pager {
                 return Ok(BlockRef(b));
             }
         }
-        if n < self.virtual_blocks && n >= self.file.len() / BLOCK_SIZE as u64 {
+        if self.reads_zero(n) {
             return Ok(BlockRef(&file::ZERO_BLOCK));
         }
         // Backed but never written (journaled modes): zeros, without a read

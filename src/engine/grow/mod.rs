@@ -9,7 +9,7 @@ mod moves;
 mod tidy;
 
 use super::state::State;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::tag::encode;
 use crate::format::{
     Geometry, Half, Intent, IntentOp, Layout, SlotAddr, Tag, BLOCK_SIZE, SLOTS_PER_BLOCK,
@@ -234,6 +234,7 @@ impl State {
     /// yet, then moves what is left to move. Every step is idempotent.
     pub fn redo_split(&mut self, old: u32, level: u32) -> Result<()> {
         let mut l = self.index.geometry();
+        check_split_intent(&l, old, level)?;
         if l.level == level && l.split == old {
             self.add_segment_if_needed(&mut l)?;
             l.advance_split();
@@ -283,6 +284,38 @@ impl State {
         }
         r
     }
+}
+
+/// Refuses (as corrupt) an intent record's split of bucket `old` at level
+/// `level` unless it is layout `l`'s next split or the one just made: a
+/// power cut in mapped mode can keep the record's page and lose the
+/// superblock's, and the redo must never reach a bucket past the end.
+pub fn check_split_intent(l: &Layout, old: u32, level: u32) -> Result<()> {
+    if split_fits(l, old, level) {
+        return Ok(());
+    }
+    Err(Error::corrupt(format!(
+        "the intent record (block 1) names a split of bucket {old} at level {level}, \
+         but the superblock's next split is bucket {} at level {}",
+        l.split, l.level
+    )))
+}
+
+/// True when the split of bucket `old` at level `level` is the next one
+/// of layout `l`, or the one just made (the superblock advanced).
+fn split_fits(l: &Layout, old: u32, level: u32) -> bool {
+    if level >= 32 || !l.grows() {
+        return false;
+    }
+    let width = u64::from(l.base) << level;
+    if u64::from(old) >= width {
+        return false;
+    }
+    let after = match u64::from(old) + 1 >= width {
+        true => (level + 1, 0),
+        false => (level, old + 1),
+    };
+    (l.level, l.split) == (level, old) || (l.level, l.split) == after
 }
 
 #[cfg(test)]
