@@ -51,6 +51,48 @@ fn read_only_view(path: &Path, when: &str) -> BTreeSet<Tag> {
     seen
 }
 
+/// Opens the crashed store at `path` read-only, then writable (with
+/// `open`), and asserts both serve the same tags; returns the writable
+/// store and its tags.
+fn recovered(path: &Path, when: &str, open: impl FnOnce(&Path) -> Store) -> (Store, BTreeSet<Tag>) {
+    let seen = read_only_view(path, when);
+    let s = open(path);
+    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
+    assert_eq!(
+        seen, got,
+        "{when}: the read-only view and the recovery differ"
+    );
+    (s, got)
+}
+
+/// A plain writable open of a crashed store, failing with `when`.
+fn reopen(when: &str) -> impl FnOnce(&Path) -> Store + '_ {
+    move |p| Store::open(p).unwrap_or_else(|e| panic!("{when}: reopen: {e}"))
+}
+
+/// A tiny store's options (two 1-block primary buckets a half, 1-block
+/// secondary buckets): chains and splits come early.
+fn tiny(seed: u64) -> CreateOptions {
+    CreateOptions {
+        expected_tags: 100,
+        primary_buckets_per_half: Some(2),
+        blocks_per_primary: Some(1),
+        blocks_per_secondary: Some(1),
+        seed: Some(seed),
+    }
+}
+
+/// Copies the store `base` to `path` and inserts `batch` into the copy
+/// with a crash injected at write `k`; true if the batch finished first.
+fn crash_copy(base: &Path, path: &Path, batch: &[Tag], k: u64) -> bool {
+    std::fs::copy(base, path).expect("copy");
+    let s = open(path, (4096, usize::MAX));
+    s.fail_after_writes(Some(k));
+    let done = s.insert_batch(batch).1.is_ok();
+    s.abandon();
+    done
+}
+
 /// Crashes after which some but not all new tags of the batch survived
 /// (the redo at open had halves to agree).
 static PARTIAL: AtomicUsize = AtomicUsize::new(0);
@@ -216,13 +258,7 @@ fn run(buckets: u32, blocks_per_secondary: u32, bulk: (usize, usize), steps: &[S
                     store = Some(s);
                 } else {
                     s.abandon();
-                    let seen = read_only_view(&path, &when);
-                    let s = open(&path, bulk);
-                    let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
-                    assert_eq!(
-                        seen, got,
-                        "{when}: the read-only view and the recovery differ"
-                    );
+                    let (s, got) = recovered(&path, &when, |p| open(p, bulk));
                     let outside: Vec<&Tag> = got
                         .symmetric_difference(&model)
                         .filter(|t| !batch.contains(t))
@@ -335,13 +371,7 @@ fn crash_at_every_write_of_a_bulk_batch() {
     let _one = serial();
     let dir = tempfile::tempdir().expect("tempdir");
     let base = dir.path().join("base.tags");
-    let opts = CreateOptions {
-        expected_tags: 100,
-        primary_buckets_per_half: Some(2),
-        blocks_per_primary: Some(1),
-        blocks_per_secondary: Some(1),
-        seed: Some(11),
-    };
+    let opts = tiny(11);
     let before: Vec<Tag> = (0..150u32)
         .map(|i| Tag::new(format!("old{i}"), "in", format!("s{}", i % 7)))
         .collect();
@@ -356,19 +386,9 @@ fn crash_at_every_write_of_a_bulk_batch() {
     let (mut k, mut partial) = (0u64, 0);
     loop {
         let path = dir.path().join(format!("k{k}.tags"));
-        std::fs::copy(&base, &path).expect("copy");
-        let s = open(&path, (4096, usize::MAX));
-        s.fail_after_writes(Some(k));
-        let done = s.insert_batch(&batch).1.is_ok();
-        s.abandon();
+        let done = crash_copy(&base, &path, &batch, k);
         let when = format!("crash at write {k}");
-        let seen = read_only_view(&path, &when);
-        let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: reopen: {e}"));
-        let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
-        assert_eq!(
-            seen, got,
-            "{when}: the read-only view and the recovery differ"
-        );
+        let (s, got) = recovered(&path, &when, reopen(&when));
         assert!(got.is_superset(&model), "{when}: tags stored before lost");
         let kept = got.len() - model.len();
         for t in batch.iter().step_by(7) {
@@ -557,14 +577,7 @@ fn a_read_only_redo_past_its_memory_bound_is_refused() {
     let _bound = RedoBound;
     let dir = tempfile::tempdir().expect("tempdir");
     let base = dir.path().join("base.tags");
-    let opts = CreateOptions {
-        expected_tags: 100,
-        primary_buckets_per_half: Some(2),
-        blocks_per_primary: Some(1),
-        blocks_per_secondary: Some(1),
-        seed: Some(13),
-    };
-    let s = Store::create(&base, &opts).expect("create");
+    let s = Store::create(&base, &tiny(13)).expect("create");
     s.close().expect("close");
     let batch: Vec<Tag> = (0..600u32)
         .map(|i| Tag::new(format!("new{i}"), "in", format!("s{}", i % 9)))
@@ -572,12 +585,7 @@ fn a_read_only_redo_past_its_memory_bound_is_refused() {
     let mut refused = 0;
     for k in (0..5_000u64).step_by(9) {
         let path = dir.path().join(format!("k{k}.tags"));
-        std::fs::copy(&base, &path).expect("copy");
-        let s = open(&path, (4096, usize::MAX));
-        s.fail_after_writes(Some(k));
-        let done = s.insert_batch(&batch).1.is_ok();
-        s.abandon();
-        if done {
+        if crash_copy(&base, &path, &batch, k) {
             break;
         }
         let when = format!("crash at write {k}");
@@ -593,13 +601,7 @@ fn a_read_only_redo_past_its_memory_bound_is_refused() {
             "{when}: wrote"
         );
         tagstore::testing::set_memory_redo_max(262_144);
-        let seen = read_only_view(&path, &when);
-        let s = Store::open(&path).unwrap_or_else(|e| panic!("{when}: reopen: {e}"));
-        let got: BTreeSet<Tag> = s.tags().collect::<Result<_, _>>().expect("export");
-        assert_eq!(
-            seen, got,
-            "{when}: the read-only view and the recovery differ"
-        );
+        recovered(&path, &when, reopen(&when));
     }
     assert!(
         refused > 2,

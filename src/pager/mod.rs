@@ -111,8 +111,8 @@ pub struct Pager {
     /// (read for their sound slots) or do not belong where they lie (read
     /// as empty); `None`: such a block is an error.
     salvage: Option<Mutex<BTreeSet<u64>>>,
-    /// Read-only recovery finishing a split: writes reach private copies
-    /// only (`memory.rs`).
+    /// Read-only recovery finishing a split or a bulk round: writes reach
+    /// private copies only (`memory.rs`).
     memory_only: bool,
     /// Blocks from here up to `virtual_blocks` read as zeros, whatever the
     /// file holds there (`u64::MAX`: from the file's end; `memory.rs`).
