@@ -37,11 +37,11 @@ pub enum Error {
     Locked(PathBuf),
     /// The file is damaged; the message names the place.
     Corrupt(String),
-    /// A tag does not fit in one 160-byte slot.
+    /// A tag's string is longer than a store takes ([`crate::MAX_STRING_BYTES`]).
     TagTooLarge {
-        /// Bytes the encoded tag needs.
+        /// Bytes of the longest string.
         needed: usize,
-        /// Bytes a slot holds.
+        /// Most bytes a string may hold.
         limit: usize,
     },
     /// A geometry or option value is out of range.
@@ -103,7 +103,7 @@ impl fmt::Display for Error {
             Error::Corrupt(m) => write!(f, "store is corrupt: {m}"),
             Error::TagTooLarge { needed, limit } => write!(
                 f,
-                "tag needs {needed} bytes but a slot holds {limit} (4 bytes of header plus the three strings)"
+                "a string of the tag has {needed} bytes; a tag's strings may hold at most {limit} bytes each"
             ),
             Error::InvalidArgument(m) => write!(f, "invalid argument: {m}"),
             Error::ReadOnly => write!(f, "store is opened read-only"),

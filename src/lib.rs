@@ -42,6 +42,7 @@ mod format;
 mod index;
 mod pager;
 mod side;
+mod strings;
 
 pub mod tsv;
 
@@ -49,6 +50,7 @@ pub use admin::{maintain_temp_path, CheckReport, Growth, MaintainOptions, Mainta
 pub use counts::{counts_path, CloudEntry, Increment, IncrementId, MergeOutcome, AUTO_MERGE_KEYS};
 pub use engine::{BatchOutcome, CreateOptions, Find, OpenOptions, Store, Tags};
 pub use error::{Error, Result};
+pub use format::long::MAX_STRING_BYTES;
 pub use format::tag::{MAX_TAG_BYTES, SLOT_SIZE};
 pub use format::{Geometry, Half, Tag};
 pub use pager::{journal_path, Durability};

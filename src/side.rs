@@ -199,6 +199,7 @@ pub fn temporaries(store: &Path) -> Vec<PathBuf> {
         side_path(&maint, "counts"),
         side_path(&maint, "counts.tmp"),
         side_path(&maint, "journal"),
+        side_path(&maint, "strings"),
         maint,
     ]
 }

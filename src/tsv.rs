@@ -1,15 +1,16 @@
 //! TSV lines of tags with PostgreSQL COPY-style backslash escapes.
 
-use crate::format::tag::MAX_TAG_BYTES;
+use crate::format::long::MAX_STRING_BYTES;
 use crate::format::Tag;
 use std::io::{self, BufRead};
 
 /// The UTF-8 byte order mark; [`LineReader`] drops it from the start of its input.
 pub const BOM: &str = "\u{feff}";
 
-/// Longest TSV line any tag can need, its `\r\n` included: the three strings
-/// hold at most 156 bytes, each escaped to at most 2 characters, plus 2 tabs.
-pub const MAX_LINE_BYTES: usize = 2 * MAX_TAG_BYTES + 2 + 2;
+/// Longest TSV line any tag can need, its `\r\n` included: three strings
+/// of at most 65,536 bytes each, each byte escaped to at most 2
+/// characters, plus 2 tabs.
+pub const MAX_LINE_BYTES: usize = 2 * 3 * MAX_STRING_BYTES + 2 + 2;
 
 /// Escapes a field: backslash, tab, newline and carriage return become `\\`, `\t`, `\n`, `\r`.
 pub fn escape(s: &str) -> String {
@@ -149,7 +150,7 @@ impl<R: BufRead> LineReader<R> {
     pub fn new(inner: R) -> Self {
         LineReader {
             inner,
-            buf: Vec::with_capacity(MAX_LINE_BYTES + BOM.len() + 1),
+            buf: Vec::with_capacity(4096),
             line_no: 0,
             bytes: 0,
         }
@@ -328,7 +329,7 @@ mod tests {
             lines(over.as_bytes()),
             vec![ok("a"), Err("TooLong at 2".into())]
         );
-        assert_eq!(MAX_LINE_BYTES, 316);
+        assert_eq!(MAX_LINE_BYTES, 393_220);
         // The allowance for a byte order mark is only for a line that has
         // one: 317 bytes without it are too long (they were accepted).
         let first_over = "x".repeat(MAX_LINE_BYTES) + "\n";

@@ -7,7 +7,7 @@
 //! newline, backslash, Unicode string and empty field exactly once; `find` in
 //! both directions, TSV-escaped, with `--limit`; loading and deleting from
 //! stdin (`--file -`); a malformed line (wrong field count, bad escape, lone
-//! backslash, invalid UTF-8) and an oversized tag stopping the load with the
+//! backslash, invalid UTF-8) and a tag with an oversized string stopping the load with the
 //! line number and the count stored before it, those tags kept; `stats
 //! --json`; `check` exit codes on a good and a damaged store; every failure
 //! exiting 1 with "error:" on stderr, usage errors exiting 2, and no command
@@ -81,7 +81,8 @@ fn answers(p: &str, cmd: &str, (o, r, sub): (&str, &str, &str), want: &str) {
 }
 
 /// Tags with tabs, newlines, CRs, backslashes, Unicode, empty fields, and the
-/// largest tag that fits (156 bytes of strings).
+/// largest tags that fit one slot with their strings inline (156 bytes of
+/// strings).
 fn awkward_extra() -> Vec<Triple> {
     let mut v = triples(&[
         ("", "", ""),
@@ -551,47 +552,84 @@ fn malformed_line_in_delete_file() {
     assert_eq!(export(&st), want);
 }
 
+/// A string past `MAX_STRING_BYTES` (65,536 bytes) stops an `insert --file`
+/// at its line, naming the string's bytes and the limit and counting the
+/// tags stored before it (in the first chunk and in a later one of a big
+/// file); bytes are counted, not characters; a string of exactly the limit
+/// is taken, and so are tags longer than a slot (the old 156-byte limit),
+/// which round-trip through `export`.
 #[test]
 fn oversized_tag_line() {
     let (dir, st) = small_store("big.tags");
     let p = s(&st);
-    // 200 bytes of object: needs 4 + 200 + 3 + 4 = 211 bytes.
-    let big = format!("{}\tisa\tbig!", "o".repeat(200));
+    // 65,537 bytes of object: one byte more than a string may hold.
+    let big = format!("{}\tisa\tbig!", "o".repeat(65_537));
     let input = format!("a\tb\tc\nd\te\tf\ng\th\ti\n{big}\nj\tk\tl\n");
     let o = run_in(&["insert", p, "--file", "-"], input.as_bytes());
     fails(
         &o,
-        &["line 4:", "needs 211 bytes", "3 tags inserted before it"],
+        &[
+            "line 4:",
+            "a string of the tag has 65537 bytes",
+            "at most 65536 bytes each",
+            "3 tags inserted before it",
+        ],
     );
-    let want: BTreeSet<Triple> = triples(&[("a", "b", "c"), ("d", "e", "f"), ("g", "h", "i")])
+    let mut want: BTreeSet<Triple> = triples(&[("a", "b", "c"), ("d", "e", "f"), ("g", "h", "i")])
         .into_iter()
         .collect();
     assert_eq!(export(&st), want);
 
-    // Bytes, not characters: 80 × "é" is 160 bytes, needing 4 + 160 + 1 + 1 = 166.
-    let wide = format!("{}\tr\ts\n", "é".repeat(80));
+    // Bytes, not characters: 32,769 × "é" is 65,538 bytes (32,769 characters),
+    // here in the subject.
+    let wide = format!("o\tr\t{}\n", "é".repeat(32_769));
     let o = run_in(&["insert", p, "--file", "-"], wide.as_bytes());
     fails(
         &o,
-        &["line 1:", "needs 166 bytes", "0 tags inserted before it"],
+        &[
+            "line 1:",
+            "has 65538 bytes",
+            "at most 65536 bytes each",
+            "0 tags inserted before it",
+        ],
     );
+    assert_eq!(export(&st), want);
 
-    // One byte over the limit is refused, the limit itself is fine.
-    let at_limit = ("o".repeat(150), "r".to_string(), "sssss".to_string());
+    // Tags the old slot limit refused are taken now and round-trip.
+    let was_too_big = [
+        ("o".repeat(200), "isa".to_string(), "big!".to_string()),
+        ("é".repeat(80), "r".to_string(), "s".to_string()),
+    ];
+    let text: String = was_too_big.iter().map(|t| line_of(t) + "\n").collect();
+    let o = ok(run_in(&["insert", p, "--file", "-"], text.as_bytes()));
+    let said = stdout(&o);
+    assert!(
+        said.contains("inserted 2 tags (0 already present)"),
+        "{said}"
+    );
+    want.extend(was_too_big.iter().cloned());
+    assert_eq!(export(&st), want);
+
+    // One byte over the limit is refused, the limit itself is fine
+    // (in every one of the three strings).
+    let at_limit = "r".repeat(65_536);
     assert_eq!(
-        stdout(&ok(run(&[
-            "insert",
-            p,
-            &at_limit.0,
-            &at_limit.1,
-            &at_limit.2
-        ]))),
+        stdout(&ok(run(&["insert", p, "o", &at_limit, "s"]))),
         "inserted\n"
     );
-    fails(
-        &run(&["insert", p, &"o".repeat(151), "r", "sssss"]),
-        &["needs 161 bytes"],
-    );
+    want.insert(("o".into(), at_limit.clone(), "s".into()));
+    assert_eq!(export(&st), want);
+    for args in [
+        ["insert", p, &"o".repeat(65_537), "r", "s"],
+        ["insert", p, "o", &"r".repeat(65_537), "s"],
+        ["insert", p, "o", "r", &"s".repeat(65_537)],
+    ] {
+        fails(
+            &run(&args),
+            &["has 65537 bytes", "at most 65536 bytes each"],
+        );
+    }
+    assert_eq!(export(&st), want);
 
     // In a later chunk of a big file: the line number and count must still be right.
     let mut text = String::new();
@@ -607,12 +645,13 @@ fn oversized_tag_line() {
         &o,
         &[
             "line 4100:",
-            "needs 211 bytes",
+            "has 65537 bytes",
             "4099 tags inserted before it",
         ],
     );
     let got = export(&st);
-    assert_eq!(got.len(), 3 + 1 + 4099);
+    assert_eq!(got.len(), want.len() + 4099);
+    assert!(got.is_superset(&want));
     assert!(got.contains(&("bulk4098".into(), "isa".into(), "thing".into())));
     assert!(!got.contains(&("never".into(), "loaded".into(), "here".into())));
     ok(run(&["check", p]));
@@ -739,8 +778,8 @@ fn failures_exit_1_with_error_prefix() {
         &[],
     );
     fails(
-        &run(&["insert", p, &"x".repeat(300), "y", "z"]),
-        &["needs 306 bytes"],
+        &run(&["insert", p, &"x".repeat(65_537), "y", "z"]),
+        &["has 65537 bytes", "at most 65536 bytes each"],
     );
     // The store is still fine after all that.
     assert!(export(&st).is_empty());

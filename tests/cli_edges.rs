@@ -377,28 +377,38 @@ fn blank_line_is_named_in_the_error() {
     }
 }
 
-/// Case: the longest line a tag can need (156 bytes, every byte escaped to 2
-/// characters, 2 tabs, `\r\n`: 316 bytes) loads; one byte more is refused as
-/// too long, naming the line and the limit.
+/// Case: the longest line a tag can need (three strings of 65,536 bytes,
+/// every byte escaped to 2 characters, 2 tabs, `\r\n`: 393,220 bytes) loads
+/// and exports as it was; one byte more is refused as too long, naming the
+/// line and the limit.
 #[test]
 fn longest_possible_line_loads_and_one_more_is_refused() {
     let (_dir, st) = small_store("long.tags");
     let p = s(&st);
-    // 154 tabs, a newline and a carriage return: 156 bytes, 312 escaped.
-    let longest = format!("{}\t\\n\t\\r\r\n", "\\t".repeat(154));
-    assert_eq!(longest.len(), 316);
+    // 65,536 tabs, 65,536 newlines, 65,535 carriage returns and a
+    // backslash: 3 × 65,536 bytes, each escaped to 2 characters.
+    let fields = format!(
+        "{}\t{}\t{}\\\\",
+        "\\t".repeat(65_536),
+        "\\n".repeat(65_536),
+        "\\r".repeat(65_535)
+    );
+    let longest = format!("{fields}\r\n");
+    assert_eq!(longest.len(), 393_220);
     let o = ok(run_in(&["insert", p, "--file", "-"], longest.as_bytes()));
     assert!(stdout(&o).starts_with("inserted 1 tags"), "{}", stdout(&o));
-    let too_long = format!("ok\tisa\tfine\n{}\t\\n\t\\rx\r\n", "\\t".repeat(154));
+    assert_eq!(export_lines(&st), vec![fields.clone()]);
+    let too_long = format!("ok\tisa\tfine\n{fields}x\r\n");
     let o = run_in(&["insert", p, "--file", "-"], too_long.as_bytes());
     fails(
         &o,
         &[
             "line 2:",
-            "longer than 316 bytes",
+            "longer than 393220 bytes",
             "1 tags inserted before it",
         ],
     );
+    assert_eq!(export_lines(&st).len(), 2);
 }
 
 /// Case: a line of hundreds of megabytes is refused once it passes the
@@ -438,13 +448,13 @@ fn huge_line_is_refused_without_reading_it_whole() {
         &out,
         &[
             "line 2:",
-            "longer than 316 bytes",
+            "longer than 393220 bytes",
             "1 tags inserted before it",
         ],
     );
     assert!(
         written < TOTAL / 4,
-        "the CLI read {written} bytes of a line it should refuse after 316"
+        "the CLI read {written} bytes of a line it should refuse after 393220"
     );
 }
 
@@ -631,14 +641,15 @@ fn large_insert_file_stopped_by_a_full_disk_reports_an_exact_count() {
     ok(run(&["check", p]));
 }
 
-/// Case: an oversized tag deep inside a large `insert --file` (past the
-/// bulk path's threshold): the error names its line and counts exactly
-/// the tags applied before it, as in a small file.
+/// Case: a tag with a string past `MAX_STRING_BYTES` (65,536 bytes) deep
+/// inside a large `insert --file` (past the bulk path's threshold): the
+/// error names its line and counts exactly the tags applied before it, as
+/// in a small file.
 #[test]
 fn oversized_line_in_a_large_insert_file_is_named_and_counted() {
     let (dir, st) = small_store("bigline.tags");
     let p = s(&st);
-    let big = format!("{}\tisa\tbig!\n", "o".repeat(200));
+    let big = format!("{}\tisa\tbig!\n", "o".repeat(65_537));
     let text = format!("{}{big}{}", tags_tsv("t", 30_000), tags_tsv("u", 10));
     let ins = write_file(dir.path(), "ins.tsv", text);
     let o = run(&["insert", p, "--file", s(&ins)]);
@@ -646,7 +657,8 @@ fn oversized_line_in_a_large_insert_file_is_named_and_counted() {
         &o,
         &[
             "line 30001:",
-            "needs 211 bytes",
+            "a string of the tag has 65537 bytes",
+            "at most 65536 bytes each",
             "30000 tags inserted before it",
         ],
     );
@@ -667,7 +679,8 @@ fn a_large_delete_file_with_an_oversized_line_deletes_the_rest() {
     let at = at + text[at..].find('\n').expect("a line break") + 1;
     text.insert_str(
         at,
-        &format!("{}\tisa\t{}\n", "x".repeat(100), "y".repeat(100)),
+        // A string past `MAX_STRING_BYTES`: a tag no store can hold.
+        &format!("{}\tisa\t{}\n", "x".repeat(65_537), "y".repeat(100)),
     );
     let del = write_file(dir.path(), "del.tsv", text);
     let o = ok(run(&["delete", s(&st), "--file", s(&del)]));

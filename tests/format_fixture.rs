@@ -21,6 +21,10 @@
 //! it is: it is what an older build left on disk. To write a new one (say
 //! for a new format version):
 //! `cargo test --test format_fixture -- --ignored regenerate_format_fixture`.
+//!
+//! fixtures/format-v2.tags (the first format-2 build) and
+//! fixtures/format-v3.tags with its fixtures/format-v3.tags.strings (the
+//! first format-3 build: tags longer than a slot) are kept the same way.
 
 mod common;
 
@@ -543,4 +547,122 @@ fn writer_still_follows_the_format() {
         a.stats().expect("stats").tags,
         b.stats().expect("stats").tags
     );
+}
+
+/// The format-3 recipe: the format-1/2 recipe's tags plus tags longer than
+/// a slot (long paths, long Unicode, a string starting with U+FFFF), some
+/// deleted.
+fn long_recipe() -> (Vec<Tag>, Vec<Tag>) {
+    let (mut inserts, mut deletes) = recipe();
+    let mut long = Vec::new();
+    for i in 0..60u32 {
+        long.push(Tag::new(
+            format!(
+                "/usr/share/doc/{}/file-{i}.html",
+                "package-name/".repeat(12)
+            ),
+            "owned_by",
+            format!("pkg-{}", i % 7),
+        ));
+        if i % 5 == 0 {
+            long.push(Tag::new(
+                format!("obj-{i}"),
+                "関係",
+                "日本語の長い名前".repeat(8),
+            ));
+        }
+        if i % 9 == 0 {
+            long.push(Tag::new(
+                format!("\u{FFFF}marked-{i}"),
+                "isa",
+                "x".repeat(200),
+            ));
+        }
+    }
+    deletes.extend(long.iter().step_by(4).cloned());
+    inserts.extend(long);
+    (inserts, deletes)
+}
+
+/// The expected content of the format-3 fixture, sorted.
+fn long_expected() -> Vec<Tag> {
+    let (inserts, deletes) = long_recipe();
+    let gone: BTreeSet<Tag> = deletes.into_iter().collect();
+    let mut v: Vec<Tag> = inserts.into_iter().filter(|t| !gone.contains(t)).collect();
+    v.sort();
+    v
+}
+
+#[test]
+#[ignore = "rewrites fixtures/format-v3.tags and fixtures/format-v3.tags.strings"]
+fn regenerate_format_v3_fixture() {
+    let img = fixture("format-v3.tags");
+    let _ = std::fs::remove_file(&img);
+    let (inserts, deletes) = long_recipe();
+    let s = Store::create(&img, &recipe_options()).expect("create");
+    for t in &inserts {
+        assert!(s.insert(t).expect("insert"), "{t:?} twice");
+    }
+    for t in &deletes {
+        assert!(s.delete(t).expect("delete"), "{t:?} absent");
+    }
+    s.close().expect("close");
+    let _ = std::fs::remove_file(fixture("format-v3.tags.counts"));
+    let len = std::fs::metadata(&img).expect("stat").len();
+    assert!(len < 1 << 20, "fixture too large: {len} bytes");
+}
+
+/// The checked-in format-3 image (the first build that wrote format 3:
+/// tags longer than a slot, their strings in `STORE.strings`) opens
+/// read-only without touching either file, answers with the recipe's
+/// content both ways and passes `check`; a writable open takes more.
+#[test]
+fn format_v3_fixture_opens_and_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let orig = std::fs::read(fixture("format-v3.tags")).expect("read fixture");
+    let strings = std::fs::read(fixture("format-v3.tags.strings")).expect("read strings");
+    assert_eq!(&orig[8..12], &3u32.to_le_bytes(), "fixture is format 3");
+    assert_eq!(&strings[..8], b"TAGSTRNG");
+    let p = dir.path().join("v3.tags");
+    let ps = dir.path().join("v3.tags.strings");
+    std::fs::write(&p, &orig).expect("copy");
+    std::fs::write(&ps, &strings).expect("copy");
+    let want = long_expected();
+    assert!(want.iter().any(|t| t.encoded_len() > SLOT));
+    {
+        let s = Store::open_read_only(&p).expect("open read-only");
+        assert_eq!(sorted_tags(&s), want);
+        for t in want.iter().filter(|t| t.encoded_len() > SLOT) {
+            let subjects: Vec<String> = s
+                .find_subjects(&t.object, &t.relationship)
+                .collect::<Result<_, _>>()
+                .expect("find_subjects");
+            assert!(subjects.contains(&t.subject), "{t:?}");
+            let objects: Vec<String> = s
+                .find_objects(&t.subject, &t.relationship)
+                .collect::<Result<_, _>>()
+                .expect("find_objects");
+            assert!(objects.contains(&t.object), "{t:?}");
+        }
+        assert!(s.check().expect("check").ok());
+    }
+    assert_eq!(
+        std::fs::read(&p).expect("read"),
+        orig,
+        "read-only open wrote"
+    );
+    assert_eq!(
+        std::fs::read(&ps).expect("read"),
+        strings,
+        "read-only open wrote"
+    );
+    let s = Store::open(&p).expect("open writable");
+    let extra = Tag::new("v3-extra", "isa", "n".repeat(300));
+    assert!(s.insert(&extra).expect("insert"));
+    s.close().expect("close");
+    let s = Store::open_read_only(&p).expect("reopen");
+    let mut all = want.clone();
+    all.push(extra);
+    all.sort();
+    assert_eq!(sorted_tags(&s), all);
 }

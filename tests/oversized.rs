@@ -1,14 +1,15 @@
-//! Oversized tags: a tag whose encoding (4 header bytes plus the bytes of
-//! its three strings) exceeds the 160-byte slot is refused with
-//! `TagTooLarge { needed, limit: 160 }`, `needed` being the exact encoded
-//! size counted in UTF-8 bytes (not characters), and nothing changes: not
-//! the tag count, the file, the other tags, nor the store's usability. A tag
-//! of exactly 160 encoded bytes is stored and found intact, also after
+//! Oversized tags: since format 3 a tag longer than a slot holds its long
+//! strings by reference (tests/long_tags.rs); what is refused is a string
+//! longer than `MAX_STRING_BYTES` (65,536 bytes of UTF-8, counted in bytes,
+//! not characters), with `TagTooLarge { needed, limit }` naming the longest
+//! string's bytes and the limit, and nothing changes: not the tag count,
+//! the file, the other tags, nor the store's usability. A tag of exactly
+//! 160 encoded bytes is stored in its slot and found intact, also after
 //! reopening. DELETE, `contains` and FIND with oversized input find nothing.
 
 use proptest::prelude::*;
 use std::collections::BTreeSet;
-use tagstore::{CreateOptions, Error, Store, Tag, MAX_TAG_BYTES, SLOT_SIZE};
+use tagstore::{CreateOptions, Error, Store, Tag, MAX_STRING_BYTES, MAX_TAG_BYTES, SLOT_SIZE};
 
 /// A small store's options (2 primary buckets per half, 1-block buckets).
 fn opts() -> CreateOptions {
@@ -26,17 +27,25 @@ fn text_bytes(t: &Tag) -> usize {
     t.object.len() + t.relationship.len() + t.subject.len()
 }
 
+/// Bytes of a tag's longest string.
+fn longest(t: &Tag) -> usize {
+    t.object
+        .len()
+        .max(t.relationship.len())
+        .max(t.subject.len())
+}
+
 /// Asserts that inserting `t` fails with the exact `TagTooLarge` and
 /// that `contains` and `delete` find nothing.
 fn assert_too_large(store: &Store, t: &Tag) {
-    let needed = 4 + text_bytes(t);
+    let needed = longest(t);
     match store.insert(t) {
         Err(Error::TagTooLarge { needed: n, limit }) => {
             assert_eq!(n, needed, "needed for {} text bytes", text_bytes(t));
-            assert_eq!(limit, 160);
+            assert_eq!(limit, MAX_STRING_BYTES);
             let msg = Error::TagTooLarge { needed: n, limit }.to_string();
             assert!(
-                msg.contains(&needed.to_string()) && msg.contains("160"),
+                msg.contains(&needed.to_string()) && msg.contains("65536"),
                 "message should name both sizes: {msg}"
             );
         }
@@ -75,6 +84,7 @@ fn assert_state(store: &Store, want: &BTreeSet<Tag>, when: &str) {
 fn limits_are_what_the_format_says() {
     assert_eq!(SLOT_SIZE, 160);
     assert_eq!(MAX_TAG_BYTES, 156);
+    assert_eq!(MAX_STRING_BYTES, 65_536);
     assert_eq!(Tag::new("ab", "é", "日").encoded_len(), 4 + 2 + 2 + 3);
 }
 
@@ -91,28 +101,27 @@ fn oversized_tags_are_refused_and_change_nothing() {
     }
     let before = store.stats().expect("stats");
 
+    let m = MAX_STRING_BYTES;
     let oversized = [
-        // 157 text bytes: one over.
-        Tag::new("o".repeat(150), "r", "s".repeat(6)),
-        Tag::new("o".repeat(157), "", ""),
-        Tag::new("", "r".repeat(157), ""),
-        Tag::new("", "", "s".repeat(157)),
-        Tag::new("o".repeat(100), "isa", "s".repeat(100)),
-        // 75 characters but 159 bytes: é is 2 bytes, 日 is 3.
-        Tag::new("é".repeat(60), "isa", "日".repeat(12)),
-        // 39 four-byte characters plus "isa" = 159 bytes.
-        Tag::new("🦀".repeat(20), "isa", "🌅".repeat(19)),
-        // The 156-byte tag below with its last "s" made a 2-byte "é": 157.
-        Tag::new("o".repeat(150), "r", "ssssé"),
-        Tag::new("x".repeat(1000), "isa", "sunset"),
+        // One byte over, in each field.
+        Tag::new("o".repeat(m + 1), "r", "s"),
+        Tag::new("", "r".repeat(m + 1), ""),
+        Tag::new("", "", "s".repeat(m + 1)),
+        // 32,769 characters but 65,538 bytes: é is 2 bytes.
+        Tag::new("é".repeat(32_769), "isa", "s"),
+        // 16,385 four-byte characters: 65,540 bytes.
+        Tag::new("o", "isa", "🌅".repeat(16_385)),
+        // The longest string stored, its last "s" made a 2-byte "é".
+        Tag::new("o".repeat(m - 1) + "é", "r", "s"),
+        Tag::new("x".repeat(3 * m), "isa", "sunset"),
     ];
     for t in &oversized {
-        assert!(text_bytes(t) > MAX_TAG_BYTES, "{t:?}");
+        assert!(longest(t) > MAX_STRING_BYTES, "{t:.80?}");
         assert_too_large(&store, t);
     }
     // FIND with a key longer than any storable key: nothing, no error.
-    assert_eq!(store.find_subjects(&"o".repeat(157), "").count(), 0);
-    assert_eq!(store.find_objects(&"s".repeat(300), "isa").count(), 0);
+    assert_eq!(store.find_subjects(&"o".repeat(m + 1), "").count(), 0);
+    assert_eq!(store.find_objects(&"s".repeat(3 * m), "isa").count(), 0);
 
     // Batches stop at the oversized tag; tags before it stay inserted.
     let ok1 = Tag::new("batch-ok-1", "isa", "s0");
@@ -123,8 +132,8 @@ fn oversized_tags_are_refused_and_change_nothing() {
         matches!(
             r,
             Err(Error::TagTooLarge {
-                needed: 161,
-                limit: 160
+                needed: 65_537,
+                limit: 65_536
             })
         ),
         "{r:?}"
@@ -185,40 +194,44 @@ fn exactly_160_byte_tags_are_stored_intact() {
     assert_state(&store, &BTreeSet::new(), "after deleting them");
 }
 
-/// A string for one field: ASCII, multi-byte, any printable, or empty.
+/// A string for one field: ASCII, multi-byte, any printable, empty, or
+/// near the limit on one string.
 fn piece() -> impl Strategy<Value = String> {
     prop_oneof![
-        "[a-z]{0,80}",
-        "[é日🦀\t\n]{0,40}",
-        "\\PC{0,60}",
-        Just(String::new()),
+        4 => "[a-z]{0,80}",
+        4 => "[é日🦀\t\n]{0,40}",
+        4 => "\\PC{0,60}",
+        2 => Just(String::new()),
+        1 => (MAX_STRING_BYTES - 2..MAX_STRING_BYTES + 3).prop_map(|n| "a".repeat(n)),
+        1 => (MAX_STRING_BYTES / 2 - 1..MAX_STRING_BYTES / 2 + 2).prop_map(|n| "é".repeat(n)),
     ]
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
-    /// Insert succeeds exactly when 4 + bytes <= 160, and otherwise reports
-    /// the exact size and leaves the store as it was.
+    /// Insert succeeds exactly when no string passes 65,536 bytes (the tag
+    /// is then found whole), and otherwise reports the exact size and
+    /// leaves the store as it was.
     #[test]
     fn size_limit_is_counted_in_bytes(o in piece(), r in piece(), s in piece()) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("p.tags");
         let store = Store::create(&path, &opts()).expect("create");
         let t = Tag::new(o, r, s);
-        let needed = 4 + text_bytes(&t);
+        let needed = longest(&t);
         match store.insert(&t) {
             Ok(fresh) => {
-                prop_assert!(needed <= 160, "{needed}-byte tag accepted");
+                prop_assert!(needed <= MAX_STRING_BYTES, "{needed}-byte string accepted");
                 prop_assert!(fresh);
                 prop_assert_eq!(store.len(), 1);
                 let got: Vec<Tag> = store.tags().collect::<Result<_, _>>().expect("tags");
                 prop_assert_eq!(got, vec![t.clone()]);
             }
             Err(Error::TagTooLarge { needed: n, limit }) => {
-                prop_assert!(needed > 160, "{needed}-byte tag refused");
+                prop_assert!(needed > MAX_STRING_BYTES, "{needed}-byte string refused");
                 prop_assert_eq!(n, needed);
-                prop_assert_eq!(limit, 160);
+                prop_assert_eq!(limit, MAX_STRING_BYTES);
                 prop_assert_eq!(store.len(), 0);
                 prop_assert_eq!(store.tags().count(), 0);
             }
@@ -227,29 +240,4 @@ proptest! {
         let report = store.check().expect("check");
         prop_assert!(report.ok(), "{:?}", report.faults);
     }
-}
-
-/// Regression: a bulk `delete_batch` holding an oversized tag (which no
-/// store can hold) left it out of its plan but kept addressing the encoded
-/// slots by batch position, so every tag after it was looked up with its
-/// neighbour's slot: those tags stayed, and the last one indexed past the
-/// slots (a panic).
-#[test]
-fn a_bulk_delete_with_an_oversized_tag_deletes_every_other_tag() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = Store::create(dir.path().join("s.tags"), &opts()).expect("create");
-    store.set_bulk_limits(64, 4096);
-    let tags: Vec<Tag> = (0..300)
-        .map(|i| Tag::new(format!("o{i}"), "r", format!("s{}", i % 17)))
-        .collect();
-    store.insert_batch(&tags).1.expect("load");
-    let big = Tag::new("x".repeat(100), "r", "y".repeat(100));
-    let mut gone: Vec<Tag> = tags[..200].to_vec();
-    gone.insert(7, big.clone());
-    gone.insert(150, big);
-    let (out, r) = store.delete_batch(&gone);
-    r.expect("bulk delete");
-    assert_eq!((out.changed, out.unchanged), (200, 2));
-    let want: BTreeSet<Tag> = tags[200..].iter().cloned().collect();
-    assert_state(&store, &want, "after the bulk delete");
 }

@@ -275,6 +275,8 @@ fn set_commands_match_a_model() {
         "x".repeat(90).as_str(),
         "",
         "日本語の写真",
+        // One byte more than a string may hold: every tag of it is refused.
+        "o".repeat(65_537).as_str(),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -289,12 +291,24 @@ fn set_commands_match_a_model() {
         "tab\there",
         "y".repeat(70).as_str(),
         "s:5:x",
+        // The most a string may hold: stored by reference, as are the long
+        // strings of a tag longer than a slot (the 90- and 70-byte ones
+        // together, with any relationship).
+        "s".repeat(65_536).as_str(),
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
     let mut model: BTreeSet<(String, String, String)> = BTreeSet::new();
-    let fits = |o: &str, r: &str, s: &str| 4 + o.len() + r.len() + s.len() <= 160;
+    // A tag is taken when each of its strings fits `MAX_STRING_BYTES`; the
+    // error names the longest string's bytes.
+    let fits = |o: &str, r: &str, s: &str| [o, r, s].iter().all(|x| x.len() <= 65_536);
+    let refusal = |o: &str, r: &str, s: &str| {
+        let needed = [o, r, s].iter().map(|x| x.len()).max().unwrap_or(0);
+        format!(
+            "a string of the tag has {needed} bytes; a tag's strings may hold at most 65536 bytes each"
+        )
+    };
     for step in 0..1500 {
         let (o, r, s) = (rng.pick(&objects), rng.pick(&rels), rng.pick(&subjects));
         let by_object = rng.below(2) == 0;
@@ -311,7 +325,8 @@ fn set_commands_match_a_model() {
                 if fits(o, r, s) {
                     assert_eq!(got, R::Int(i64::from(model.insert(t))), "{ctx}");
                 } else {
-                    assert!(got.err_text().contains("tag needs"), "{ctx}: {got:?}");
+                    let want = refusal(o, r, s);
+                    assert!(got.err_text().contains(&want), "{ctx}: {got:?}");
                 }
             }
             6..=8 => {
@@ -354,7 +369,8 @@ fn set_commands_match_a_model() {
                     assert_eq!(replies[0], R::Int(i64::from(model.insert(t))), "{ctx}");
                     assert_eq!(replies[1], R::Int(1), "{ctx}");
                 } else {
-                    assert!(replies[0].err_text().contains("tag needs"), "{ctx}");
+                    let want = refusal(o, r, s);
+                    assert!(replies[0].err_text().contains(&want), "{ctx}");
                     assert_eq!(replies[1], R::Int(0), "{ctx}");
                 }
             }
@@ -470,7 +486,9 @@ fn set_commands_match_a_model() {
 
 /// SRANDMEMBER, SPOP and SMOVE against a model of tags: what they return
 /// is in the set (distinct unless the count is negative), SPOP and SMOVE
-/// change the store as the model changes, through both key forms.
+/// change the store as the model changes, through both key forms; an
+/// SMOVE to a key whose string passes `MAX_STRING_BYTES` is refused before
+/// any change, one to a key longer than a slot moves.
 #[test]
 fn pick_and_move_commands_match_a_model() {
     let (_d, path) = temp_store();
@@ -589,14 +607,29 @@ fn pick_and_move_commands_match_a_model() {
         got.err_text(),
         "ERR value is not an integer or out of range"
     );
-    let long = "x".repeat(157);
+    // A destination whose object passes `MAX_STRING_BYTES`: refused.
+    let long = "x".repeat(65_537);
     assert_eq!(c.call(&["SADD", &okey("r", "a"), "m"]), R::Int(1));
     let got = c.call(&["SMOVE", &okey("r", "a"), &okey("r", &long), "m"]);
-    assert!(got.err_text().contains("tag needs"), "{got:?}");
+    assert!(
+        got.err_text().contains(
+            "a string of the tag has 65537 bytes; a tag's strings may hold at most 65536 bytes each"
+        ),
+        "{got:?}"
+    );
     assert_eq!(
         c.call(&["SISMEMBER", &okey("r", "a"), "m"]),
         R::Int(1),
         "refused before any change"
+    );
+    // One longer than a slot (refused before long strings) moves.
+    let wide = "x".repeat(157);
+    let got = c.call(&["SMOVE", &okey("r", "a"), &okey("r", &wide), "m"]);
+    assert_eq!(got, R::Int(1));
+    assert_eq!(c.call(&["SISMEMBER", &okey("r", "a"), "m"]), R::Int(0));
+    assert_eq!(
+        c.call(&["SMEMBERS", &okey("r", &wide)]),
+        R::Arr(vec![R::bulk("m")])
     );
     // Regression: a negative count repeats members without bound, so one
     // small request built a reply of any size (`SRANDMEMBER k -50000000`:
@@ -727,13 +760,26 @@ fn errors_keep_the_connection_and_name_the_problem() {
         .contains("member is not UTF-8"));
     // Refused as a whole: "ok" was not added either.
     assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(0));
-    let long = "z".repeat(200);
+    // A member or a key whose string passes `MAX_STRING_BYTES` is refused,
+    // the whole command with it, naming the string's bytes and the limit.
+    let too_long =
+        "a string of the tag has 65537 bytes; a tag's strings may hold at most 65536 bytes each";
+    let long = "z".repeat(65_537);
     let e = c.call(&["SADD", "o:5:photo:p1", "fine", &long]);
-    assert!(
-        e.err_text()
-            .contains("tag needs 211 bytes but a slot holds 160"),
-        "{e:?}"
+    assert!(e.err_text().contains(too_long), "{e:?}");
+    assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(0));
+    let e = c.call(&["SADD", &okey("photo", &long), "m"]);
+    assert!(e.err_text().contains(too_long), "{e:?}");
+    assert_eq!(c.call(&["SCARD", &okey("photo", &long)]), R::Int(0));
+    // A tag longer than a slot (refused before long strings) is taken.
+    let wide = "z".repeat(200);
+    let e = c.call(&["SADD", "o:5:photo:p1", "fine", &wide]);
+    assert_eq!(e, R::Int(2));
+    assert_eq!(
+        c.call(&["SMEMBERS", "o:5:photo:p1"]).set(),
+        ["fine".to_owned(), wide.clone()].into_iter().collect()
     );
+    assert_eq!(c.call(&["SREM", "o:5:photo:p1", "fine", &wide]), R::Int(2));
     assert_eq!(c.call(&["SCARD", "o:5:photo:p1"]), R::Int(0));
     assert_eq!(
         c.call(&["SSCAN", "o:5:photo:p1", "x"]).err_text(),

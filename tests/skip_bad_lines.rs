@@ -1,8 +1,9 @@
 //! `insert --file --skip-bad` and `delete --file --skip-bad`: a line that
-//! is not a valid tag (malformed, not UTF-8, longer than a slot holds, far
-//! longer than any tag) is named on stderr and skipped, every other line
-//! is applied, and the summary counts the skipped ones. Without the flag
-//! the first such line stops the load, as before.
+//! is not a valid tag (malformed, not UTF-8, with a string longer than a
+//! store takes, far longer than any tag's line) is named on stderr and
+//! skipped, every other line is applied, and the summary counts the
+//! skipped ones. Without the flag the first such line stops the load, as
+//! before.
 //!
 //! Like tests/cli.rs, these tests never open a store through the library.
 
@@ -12,12 +13,23 @@ use common::cli::{
     export_lines, fails, ok, run, s, small_store, stderr, stdout, usage, write_file,
 };
 
+/// Bytes of the longest string a tag may hold (`tagstore::MAX_STRING_BYTES`).
+const MAX_STRING: usize = 65_536;
+/// Bytes of the longest line a tag may need (`tagstore::tsv::MAX_LINE_BYTES`).
+const MAX_LINE: usize = 393_220;
+
+/// A tag line (no line break) whose object is one byte longer than a
+/// string may hold.
+fn long_tag() -> String {
+    format!("{}\tisa\tthing", "o".repeat(MAX_STRING + 1))
+}
+
 /// Good lines `g0..g{n}` with bad lines of every kind among them (at
 /// least 8, the kinds in turn), and the good lines alone (sorted, as
 /// `export` prints them).
 fn mixed(n: usize) -> (Vec<u8>, Vec<String>) {
-    let long_tag = format!("{}\tisa\tthing\n", "o".repeat(200));
-    let far_too_long = format!("{}\n", "y".repeat(1000));
+    let long_tag = long_tag() + "\n";
+    let far_too_long = format!("{}\n", "y".repeat(MAX_LINE + 1));
     let bad: [&[u8]; 6] = [
         long_tag.as_bytes(),
         b"only\ttwo\n",
@@ -79,28 +91,33 @@ fn bad_lines_are_named_skipped_and_counted() {
     }
 }
 
+/// Each kind of bad line is named with its line number and what is wrong
+/// with it; a tag longer than a slot (refused before long strings) is not
+/// bad and is stored.
 #[test]
 fn each_kind_of_bad_line_is_named_with_its_line_number() {
     let (dir, st) = small_store("kinds.tags");
     let mut text = b"a\tisa\tb\n".to_vec();
-    text.extend_from_slice(format!("{}\tisa\tb\n", "x".repeat(200)).as_bytes());
+    text.extend_from_slice(format!("b\tisa\t{}\n", "x".repeat(MAX_STRING + 1)).as_bytes());
     text.extend_from_slice(b"only\ttwo\n\xff\tisa\tb\n");
-    text.extend_from_slice(&[b'z'; 700]);
+    text.extend_from_slice(&vec![b'z'; 2 * MAX_LINE + 1]);
     text.extend_from_slice(b"\nc\tisa\td\n");
+    let wide = format!("{}\tisa\tb", "x".repeat(200));
+    text.extend_from_slice(format!("{wide}\n").as_bytes());
     let f = write_file(dir.path(), "in.tsv", &text);
     let o = ok(run(&["insert", s(&st), "--file", s(&f), "--skip-bad"]));
     let err = stderr(&o);
     for needle in [
-        "line 2: tag needs 208 bytes",
+        "line 2: a string of the tag has 65537 bytes; a tag's strings may hold at most 65536 bytes each; skipped",
         "line 3: expected 3 tab-separated fields",
         "line 4: line is not valid UTF-8",
-        "line 5: line is longer than 316 bytes",
+        "line 5: line is longer than 393220 bytes",
     ] {
         assert!(err.contains(needle), "{needle}: {err}");
     }
     // The line after the far too long one is read whole, not its tail.
-    assert_eq!(export_lines(&st), vec!["a\tisa\tb", "c\tisa\td"]);
-    assert!(stdout(&o).contains("from 6 lines, 4 bad lines skipped"));
+    assert_eq!(export_lines(&st), vec!["a\tisa\tb", "c\tisa\td", &wide]);
+    assert!(stdout(&o).contains("from 7 lines, 4 bad lines skipped"));
 }
 
 #[test]
@@ -112,7 +129,7 @@ fn without_the_flag_the_first_bad_line_stops_the_load() {
     fails(
         &o,
         &[
-            "line 5:",
+            "line 5: a string of the tag has 65537 bytes",
             "; with --skip-bad such lines are skipped;",
             "4 tags inserted before it",
         ],
@@ -129,10 +146,12 @@ fn delete_skips_malformed_lines_and_deletes_the_rest() {
     assert_eq!(export_lines(&st), good);
     let o = ok(run(&["delete", s(&st), "--file", s(&f), "--skip-bad"]));
     let out = stdout(&o);
-    // An oversized tag is not bad input to a delete: it is absent.
+    // A tag with an oversized string is not bad input to a delete: it is
+    // absent.
+    let long_tag = long_tag();
     let long = text
         .split(|&b| b == b'\n')
-        .filter(|l| l.len() > 200 && l.len() < 300)
+        .filter(|l| *l == long_tag.as_bytes())
         .count();
     assert!(long > 0);
     let bad = bad_count(&text, 40) - long;

@@ -3,6 +3,7 @@
 use crate::engine::Store;
 use crate::error::Result;
 use crate::format::hash::tag_fp_of;
+use crate::format::long::is_ref;
 use crate::format::tag::{decode, used_prefix};
 use crate::format::{place, BlockAt, BlockRef, Intent, INTENT_BLOCK, KIND_PRIMARY, KIND_SECONDARY};
 use crate::index::Tables;
@@ -51,6 +52,13 @@ impl Store {
             r.fault(format!(
                 "block {b}: damaged (fails its checksum, or lies out of place); \
                  a salvage reads what of it is sound, if anything"
+            ));
+        }
+        let held = self.read().strings().len();
+        if held > 0 {
+            r.notes.push(format!(
+                "{held} long strings held by reference in {}",
+                crate::strings::strings_path(self.path()).display()
             ));
         }
         for t in self.removed_temporaries() {
@@ -177,6 +185,13 @@ impl Store {
                     ));
                     continue;
                 };
+                for f in [v.object, v.relationship, v.subject] {
+                    if is_ref(f.as_bytes()) && st.strings().get(f.as_bytes()).is_none() {
+                        r.fault(format!(
+                            "block {b}, slot {i}: names long string {f:?}, which the strings file does not hold"
+                        ));
+                    }
+                }
                 let p = place(&geo, seed, half, v.relationship, v.key_name(half));
                 if p.bucket != owner {
                     r.fault(format!(

@@ -14,6 +14,7 @@ use crate::engine::{CreateOptions, OpenOptions, Store, BULK_ROUND_MAX};
 use crate::error::{Error, Result};
 use crate::format::{Geometry, Half, Tag};
 use crate::side::{remove_if_present, resolve, side_path, sync_dir};
+use crate::strings::strings_path;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -230,6 +231,29 @@ impl Store {
         // A second handle on the old file, so that its last close (which
         // gives its blocks back to the file system) is not the old store's.
         let last = std::fs::File::open(path).ok();
+        // The rewrite's strings file holds exactly the long strings of the
+        // same tags: either file serves either store, so a crash between
+        // the two renames loses nothing.
+        let strings = (strings_path(&tmp), strings_path(path));
+        let new_has_strings = strings.0.exists();
+        let moved = if new_has_strings {
+            std::fs::rename(&strings.0, &strings.1).map_err(|e| {
+                Error::io(
+                    format!(
+                        "renaming {} over {}",
+                        strings.0.display(),
+                        strings.1.display()
+                    ),
+                    e,
+                )
+            })
+        } else {
+            Ok(())
+        };
+        if let Err(e) = moved {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
         if let Err(e) = std::fs::rename(&tmp, path) {
             let _ = std::fs::remove_file(&tmp);
             return Err(Error::io(
@@ -238,6 +262,10 @@ impl Store {
             ));
         }
         sync_dir(path)?;
+        if !new_has_strings {
+            // No tag is long any more: the old strings are garbage.
+            remove_if_present(&strings.1, "the strings file no tag uses")?;
+        }
         // The old handle now refers to the unlinked old file: drop it unwritten.
         old.abandon_now();
         release_in_background(last);

@@ -10,14 +10,17 @@
 //! halves agree again by writing every missing half ([`State::redo_bulk`]).
 //! A batch interrupted by a crash leaves a subset of its tags, each whole.
 
+use super::long::missing;
 use super::state::State;
 use crate::counts::Pending;
 use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
+use crate::format::long::{is_ref, referenced, shrink};
 use crate::format::tag::{decode, encode, subject_key, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
 use crate::index::Found;
 use crate::pager::Durability;
+use crate::strings::Strings;
 
 /// One tag of a bulk batch: where its halves go.
 #[derive(Clone, Copy)]
@@ -96,16 +99,24 @@ impl State {
     /// Encodes a batch and places both halves of each tag. An oversized
     /// tag is refused before anything is written, or, for a delete
     /// (`insert` false), left out: it cannot be stored.
-    pub(super) fn bulk_plan(&self, batch: &[&Tag], insert: bool) -> Result<BulkPlan> {
+    pub(super) fn bulk_plan(&mut self, batch: &[&Tag], insert: bool) -> Result<BulkPlan> {
         let (geo, seed) = (self.index.geometry(), self.index.seed());
         let mut slots = Packed(Vec::with_capacity(batch.len() * 48));
         let mut tags = Vec::with_capacity(batch.len());
-        for &tag in batch {
-            let slot = match encode(tag) {
+        for &whole in batch {
+            let stored = match shrink(whole) {
                 Ok(s) => s,
                 Err(Error::TagTooLarge { .. }) if !insert => continue,
                 Err(e) => return Err(e),
             };
+            if insert {
+                for s in referenced(whole, &stored) {
+                    // Mapped mode: made durable by the store's next flush.
+                    self.strings.intern(s, false)?;
+                }
+            }
+            let tag = &*stored;
+            let slot = encode(tag)?;
             let name = |h| match h {
                 Half::Object => tag.object.as_str(),
                 Half::Subject => tag.subject.as_str(),
@@ -119,6 +130,7 @@ impl State {
                 changed: false,
             });
         }
+        self.mark_strings()?;
         Ok(BulkPlan {
             slots,
             tags,
@@ -188,12 +200,16 @@ impl State {
             ..
         } = plan;
         let slots = &*slots;
+        // Lent to the counting thread (keys are counted as written), and
+        // given back below.
+        let strings = std::mem::take(&mut self.strings);
         let (r, counted) = std::thread::scope(|sc| {
+            let strings = &strings;
             let counter = std::thread::Builder::new()
                 .name("tagstore-bulk-count".into())
                 .spawn_scoped(sc, move || {
                     let mut p = pending;
-                    let r = count_planned(&mut p, slots, d);
+                    let r = count_planned(&mut p, slots, strings, d);
                     (p, r)
                 });
             let r = self.bulk_passes(tags, slots, *known_absent, insert);
@@ -203,11 +219,12 @@ impl State {
             };
             (r, counted)
         });
+        self.strings = strings;
         match counted {
             Some((p, Ok(()))) if r.is_ok() => {
                 self.feed.pending = p;
                 for t in tags.iter().filter(|t| !t.changed) {
-                    match key_strs(slots.get(t.at)) {
+                    match key_strs(slots.get(t.at), &self.strings) {
                         Ok((rel, sub)) => self.feed.pending.add(rel, sub, -d),
                         // Never for a batch encoded from strings; if it
                         // were, the tags stand and the counts are rebuilt.
@@ -400,25 +417,29 @@ fn sort_by_bucket(
 }
 
 /// Adds `d` to the pending count of every planned tag's (relationship, subject).
-fn count_planned(pending: &mut Pending, slots: &Packed, d: i64) -> Result<()> {
+fn count_planned(pending: &mut Pending, slots: &Packed, strings: &Strings, d: i64) -> Result<()> {
     let mut at = 0;
     while at < slots.0.len() {
         let used = slots.get(at);
         at += used.len();
-        let (rel, sub) = key_strs(used)?;
+        let (rel, sub) = key_strs(used, strings)?;
         pending.add(rel, sub, d);
     }
     Ok(())
 }
 
-/// The relationship and subject of an encoded slot's used bytes.
-fn key_strs(used: &[u8]) -> Result<(&str, &str)> {
+/// The relationship and subject of an encoded slot's used bytes, as the
+/// user wrote them (counts are kept by those).
+fn key_strs<'a>(used: &'a [u8], strings: &'a Strings) -> Result<(&'a str, &'a str)> {
     let (rel_len, bytes) = subject_key(used);
     let (rel, sub) = bytes.split_at(usize::from(rel_len).min(bytes.len()));
-    match (std::str::from_utf8(rel), std::str::from_utf8(sub)) {
-        (Ok(rel), Ok(sub)) => Ok((rel, sub)),
-        _ => Err(Error::corrupt("a bulk batch's key is not UTF-8")),
-    }
+    let whole = |b: &'a [u8]| -> Result<&'a str> {
+        if is_ref(b) {
+            return strings.get(b).ok_or_else(|| missing(b));
+        }
+        std::str::from_utf8(b).map_err(|_| Error::corrupt("a bulk batch's key is not UTF-8"))
+    };
+    Ok((whole(rel)?, whole(sub)?))
 }
 
 /// The intent record of a bulk INSERT (no slot: the batch is not recorded).

@@ -6,9 +6,11 @@
 //! inserted or deleted meanwhile may or may not appear.
 
 use super::keymatch::KeyMatch;
+use super::long::missing;
 use super::state::State;
 use super::{Reading, Store};
 use crate::error::{Error, Result};
+use crate::format::long::is_ref;
 use crate::format::tag::decode;
 use crate::format::{place, prefetch, BlockRef, Half, SlotBytes, Tag};
 use crate::index::ChainWalk;
@@ -52,12 +54,40 @@ struct Search {
     key: KeyMatch,
     fp: u16,
     walk: ChainWalk,
+    half: Half,
+    /// Further stored forms of a long key (`long.rs`), searched in turn.
+    rest: Vec<(String, String)>,
 }
 
 impl Search {
     /// The search for a key; the caller holds a [`Reading`] so that no
     /// split moves the key's tags until it is done.
     fn new(st: &State, half: Half, relationship: &str, name: &str) -> Self {
+        match st.key_forms(relationship, name) {
+            None => Self::at(st, half, relationship, name, Vec::new()),
+            Some(mut forms) => {
+                let Some((r, n)) = forms.pop() else {
+                    return Search {
+                        key: KeyMatch::never(half),
+                        fp: 0,
+                        walk: ChainWalk::new(0, 0, None),
+                        half,
+                        rest: forms,
+                    };
+                };
+                Self::at(st, half, &r, &n, forms)
+            }
+        }
+    }
+
+    /// The search for one stored form of the key.
+    fn at(
+        st: &State,
+        half: Half,
+        relationship: &str,
+        name: &str,
+        rest: Vec<(String, String)>,
+    ) -> Self {
         let p = place(st.index.layout(), st.index.seed(), half, relationship, name);
         let (key, walk) = match KeyMatch::new(half, relationship, name) {
             Some(k) => {
@@ -74,7 +104,24 @@ impl Search {
             key,
             fp: p.fp(),
             walk,
+            half,
+            rest,
         }
+    }
+
+    /// True once every form of the key is searched.
+    fn done(&self) -> bool {
+        self.walk.done() && self.rest.is_empty()
+    }
+
+    /// Moves to the next stored form of the key, if any is left.
+    fn next_form(&mut self, st: &State) -> bool {
+        let Some((r, n)) = self.rest.pop() else {
+            return false;
+        };
+        let rest = std::mem::take(&mut self.rest);
+        *self = Self::at(st, self.half, &r, &n, rest);
+        true
     }
 
     /// Reads up to `most` blocks into `text` (emptied first), their results
@@ -122,6 +169,11 @@ impl Search {
                 n += 1;
             }
             if n == 0 {
+                // A group never mixes two forms of a key: the next form's
+                // blocks start a group of their own.
+                if self.walk.done() && self.next_form(st) {
+                    continue;
+                }
                 return Ok(());
             }
             for &(_, blk, mut m) in &blocks[..n] {
@@ -130,7 +182,13 @@ impl Search {
                     m &= m - 1;
                     let slot = blk.slot(i);
                     if let Some(field) = self.key.other(slot) {
-                        copy_field(text, slot, field);
+                        if is_ref(&slot[field.clone()]) {
+                            let r = &slot[field];
+                            let whole = st.strings.get(r).ok_or_else(|| missing(r))?;
+                            text.extend_from_slice(whole.as_bytes());
+                        } else {
+                            copy_field(text, slot, field);
+                        }
                         ends.push(text.len());
                     }
                 }
@@ -234,7 +292,7 @@ impl<'s> Find<'s> {
             f.failed = true;
             f.ends.clear();
             f.first_error = Some(e);
-        } else if !f.search.walk.done() {
+        } else if !f.search.done() {
             // Registered before the lock goes: no split between the steps.
             f._reading = Some(Reading::new(store));
         }
@@ -283,7 +341,7 @@ impl Iterator for Find<'_> {
                 }
                 return Some(r.ok_or_else(bad_result));
             }
-            if self.failed || self.search.walk.done() {
+            if self.failed || self.search.done() {
                 return None;
             }
             let st = self.store.read();
@@ -371,7 +429,13 @@ impl Iterator for Tags<'_> {
                             }
                             self.from_subject += 1;
                         }
-                        self.buf.push_back(v.to_tag());
+                        match st.expand_view(&v) {
+                            Ok(t) => self.buf.push_back(t),
+                            // A salvage leaves out a tag whose long string
+                            // is lost with the strings file.
+                            Err(_) if self.salvage => continue,
+                            Err(e) => return Err(e),
+                        }
                     }
                 }
                 Ok(())
@@ -455,12 +519,12 @@ impl Store {
         // Splits wait for a FIND that lets the lock go between steps; one
         // done in a single step (most) never registers.
         let mut reading = None;
-        while !s.walk.done() {
+        while !s.done() {
             {
                 // Released before `f` runs: it may write to the store.
                 let st = held.take().unwrap_or_else(|| self.read());
                 s.step(&st, BLOCKS_PER_STEP, text, ends)?;
-                if reading.is_none() && !s.walk.done() {
+                if reading.is_none() && !s.done() {
                     // Registered before the lock goes: no split between.
                     reading = Some(Reading::new(self));
                 }

@@ -10,6 +10,7 @@ mod counting;
 mod find;
 mod grow;
 mod keymatch;
+mod long;
 mod ops;
 mod options;
 mod recovery;
@@ -34,6 +35,7 @@ use crate::pager::{
     MappedFile, Pager,
 };
 use crate::side::{remove_if_present, resolve, temporaries};
+use crate::strings::{strings_path, Strings};
 use foldhash::{HashMap, HashMapExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -138,6 +140,7 @@ impl Store {
     fn remove_made(path: &Path) {
         let _ = std::fs::remove_file(path);
         let _ = std::fs::remove_file(crate::counts::counts_path(path));
+        let _ = std::fs::remove_file(strings_path(path));
         for t in temporaries(path) {
             let _ = std::fs::remove_file(t);
         }
@@ -151,9 +154,14 @@ impl Store {
         flags: u32,
     ) -> Result<Store> {
         // No store existed at this path, so a journal beside it is stale.
-        if let Err(e) = remove_if_present(&crate::pager::journal_path(path), "stale journal") {
-            Self::remove_made(path);
-            return Err(e);
+        for (side, what) in [
+            (crate::pager::journal_path(path), "stale journal"),
+            (strings_path(path), "stale strings file"),
+        ] {
+            if let Err(e) = remove_if_present(&side, what) {
+                Self::remove_made(path);
+                return Err(e);
+            }
         }
         let sb = Superblock {
             layout,
@@ -174,6 +182,7 @@ impl Store {
             recovered: false,
             closed: false,
             readers: Arc::new(AtomicUsize::new(0)),
+            strings: Strings::empty(path, true),
         };
         let made = state.pager.write_superblock(&sb).and_then(|()| {
             // Counts start empty and exact, so the first close merges instead of scanning.
@@ -386,7 +395,14 @@ impl Store {
         } else {
             sb.tag_count
         };
+        // The strings of long tags: a salvage reads what it can.
+        let strings = match Strings::load(path, writable) {
+            Ok(s) => s,
+            Err(_) if salvage => Strings::empty(path, false),
+            Err(e) => return Err(e),
+        };
         let mut state = State {
+            strings,
             pager,
             index,
             sb,
@@ -407,6 +423,9 @@ impl Store {
         }
         if writable {
             state.mark_open()?;
+            // The flag of a store whose strings file outlived a superblock
+            // a crash rolled back.
+            state.mark_strings()?;
             if let Some((old, level)) = split {
                 state.redo_split(old, level)?;
                 // A tag caught in both chains was counted twice.

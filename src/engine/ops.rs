@@ -3,8 +3,9 @@
 
 use super::{BatchOutcome, State, Store};
 use crate::error::{Error, Result};
+use crate::format::long::{shrink, REF_PREFIX};
 use crate::format::tag::encode;
-use crate::format::{Half, Tag};
+use crate::format::{Half, SlotBytes, Tag};
 use crate::pager::Durability;
 use std::sync::atomic::Ordering;
 use std::sync::RwLockWriteGuard;
@@ -29,8 +30,10 @@ impl Store {
     /// Inserts a tag; with `Some(Durability::Immediate)` it is durable on
     /// return whatever the store's mode.
     pub fn insert_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
-        let slot = encode(tag)?;
+        let stored = shrink(tag)?;
+        let slot = encode(&stored)?;
         let mut st = self.write()?;
+        hold(&mut st, tag, &stored, durability)?;
         let (changed, counted) = st.insert_whole(&slot, true)?;
         self.finish_one(st, tag, counted.then_some(1), durability)?;
         Ok(changed)
@@ -44,13 +47,9 @@ impl Store {
     /// Deletes a tag; with `Some(Durability::Immediate)` it is durable on
     /// return whatever the store's mode.
     pub fn delete_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
-        let slot = match encode(tag) {
-            Ok(s) => s,
-            Err(Error::TagTooLarge { .. }) => return Ok(false),
-            Err(e) => return Err(e),
-        };
+        let slots = lookup_slots(tag)?;
         let mut st = self.write()?;
-        let (changed, counted) = st.delete_whole(&slot)?;
+        let (changed, counted) = delete_first(&mut st, &slots)?;
         self.finish_one(st, tag, counted.then_some(-1), durability)?;
         Ok(changed)
     }
@@ -82,8 +81,10 @@ impl Store {
     /// Inserts one half of a tag in a half-only store (the half a proxy
     /// routed here); `Ok(false)` if that half was already stored.
     pub fn insert_half(&self, half: Half, tag: &Tag) -> Result<bool> {
-        let slot = encode(tag)?;
+        let stored = shrink(tag)?;
+        let slot = encode(&stored)?;
         let mut st = self.half_only_write("insert_half")?;
+        hold(&mut st, tag, &stored, None)?;
         let changed = st.insert_half_slot(&slot, half)?;
         let counted = (changed && half == Half::Subject).then_some(1);
         self.finish_one(st, tag, counted, None)?;
@@ -93,13 +94,15 @@ impl Store {
     /// Deletes one half of a tag in a half-only store; `Ok(false)` if that
     /// half was not stored.
     pub fn delete_half(&self, half: Half, tag: &Tag) -> Result<bool> {
-        let slot = match encode(tag) {
-            Ok(s) => s,
-            Err(Error::TagTooLarge { .. }) => return Ok(false),
-            Err(e) => return Err(e),
-        };
+        let slots = lookup_slots(tag)?;
         let mut st = self.half_only_write("delete_half")?;
-        let changed = st.delete_half_slot(&slot, half)?;
+        let mut changed = false;
+        for slot in slots.iter().flatten() {
+            changed = st.delete_half_slot(slot, half)?;
+            if changed {
+                break;
+            }
+        }
         let counted = (changed && half == Half::Subject).then_some(-1);
         self.finish_one(st, tag, counted, None)?;
         Ok(changed)
@@ -128,23 +131,29 @@ impl Store {
 
     /// True if the tag is stored (in a half-only store: in either half).
     pub fn contains(&self, tag: &Tag) -> Result<bool> {
-        let Ok(slot) = encode(tag) else {
-            return Ok(false);
-        };
+        let slots = lookup_slots(tag)?;
         let st = self.read();
-        if st.half_only() {
-            return Ok(st.contains(&slot, Half::Object)? || st.contains(&slot, Half::Subject)?);
+        for slot in slots.iter().flatten() {
+            if st.contains(slot, Half::Object)?
+                || (st.half_only() && st.contains(slot, Half::Subject)?)
+            {
+                return Ok(true);
+            }
         }
-        st.contains(&slot, Half::Object)
+        Ok(false)
     }
 
     /// True if half `half` of the tag is stored (in a store that is not
     /// half-only, the same as [`Store::contains`]).
     pub fn contains_half(&self, half: Half, tag: &Tag) -> Result<bool> {
-        let Ok(slot) = encode(tag) else {
-            return Ok(false);
-        };
-        self.read().contains(&slot, half)
+        let slots = lookup_slots(tag)?;
+        let st = self.read();
+        for slot in slots.iter().flatten() {
+            if st.contains(slot, half)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Inserts many tags, taking the write lock once per chunk.
@@ -224,11 +233,15 @@ impl Store {
                 Err(e) => return (out, Err(e)),
             };
             for t in it.by_ref().take(CHUNK) {
-                let r = match encode(t) {
-                    Ok(slot) if insert => st.insert_whole(&slot, true),
-                    Ok(slot) => st.delete_whole(&slot),
-                    Err(Error::TagTooLarge { .. }) if !insert => Ok((false, false)),
-                    Err(e) => Err(e),
+                let r = if insert {
+                    shrink(t)
+                        .and_then(|stored| {
+                            hold(&mut st, t, &stored, None)?;
+                            encode(&stored)
+                        })
+                        .and_then(|slot| st.insert_whole(&slot, true))
+                } else {
+                    lookup_slots(t).and_then(|slots| delete_first(&mut st, &slots))
                 };
                 match r {
                     Ok((true, counted)) => {
@@ -352,7 +365,9 @@ impl Store {
             return Ok(());
         }
         for t in tags {
-            let slot = encode(t)?;
+            let stored = shrink(t)?;
+            hold(&mut st, t, &stored, None)?;
+            let slot = encode(&stored)?;
             match half {
                 Some(h) => st.insert_half_slot(&slot, h)?,
                 None => st.insert_slot(&slot, false)?,
@@ -372,6 +387,8 @@ impl Store {
         if st.pager.poisoned() {
             return Err(Error::Poisoned);
         }
+        // Strings before the slots that name them.
+        st.strings.sync()?;
         if st.pager.durability() == Durability::None {
             return st.pager.commit();
         }
@@ -392,4 +409,41 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// Keeps the long strings of `tag` before its slot `stored` is written
+/// (nothing for a tag that fits a slot).
+fn hold(st: &mut State, tag: &Tag, stored: &Tag, call: Option<Durability>) -> Result<()> {
+    if std::ptr::eq(tag, stored) {
+        return Ok(());
+    }
+    st.hold_strings(tag, stored, call)
+}
+
+/// The slots a stored `tag` may have, for DELETE and `contains`: as
+/// stored by this build (none for a tag no store can hold), and, for a tag
+/// with a string starting with U+FFFF that fits a slot, as a build before
+/// format 3 stored it (the string as it is).
+fn lookup_slots(tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
+    let now = match shrink(tag).and_then(|s| encode(&s)) {
+        Ok(s) => s,
+        Err(Error::TagTooLarge { .. }) => return Ok([None, None]),
+        Err(e) => return Err(e),
+    };
+    let marked = [&tag.object, &tag.relationship, &tag.subject]
+        .iter()
+        .any(|p| p.starts_with(REF_PREFIX));
+    let before = if marked { encode(tag).ok() } else { None };
+    Ok([Some(now), before])
+}
+
+/// Deletes the first of `slots` that is stored (both halves).
+fn delete_first(st: &mut State, slots: &[Option<SlotBytes>; 2]) -> Result<(bool, bool)> {
+    for slot in slots.iter().flatten() {
+        let r = st.delete_whole(slot)?;
+        if r.0 {
+            return Ok(r);
+        }
+    }
+    Ok((false, false))
 }

@@ -5,6 +5,7 @@ use crate::error::{Error, Result};
 use crate::format::{Superblock, FLAG_CLEAN, NONE};
 use crate::index::Index;
 use crate::pager::{is_no_space, Durability, Pager};
+use crate::strings::Strings;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ pub(crate) struct State {
     /// FINDs and exports streaming results: bucket splits wait until none
     /// is, so a streaming reader never sees a tag move.
     pub(super) readers: Arc<AtomicUsize>,
+    /// The long strings that tags hold by reference (`STORE.strings`).
+    pub(super) strings: Strings,
 }
 
 impl State {
@@ -61,6 +64,11 @@ impl State {
     /// Bucket tables and accelerators (admin: check, stats).
     pub(crate) fn index(&self) -> &Index {
         &self.index
+    }
+
+    /// The long strings tags hold by reference (admin: check).
+    pub(crate) fn strings(&self) -> &Strings {
+        &self.strings
     }
 
     /// Tags stored (halves stored, in a half-only store).
@@ -120,6 +128,8 @@ impl State {
             self.closed = true;
             return Ok(());
         }
+        // Strings before the slots that name them.
+        self.strings.sync()?;
         if self.pager.durability() != Durability::None {
             self.pager.commit()?;
             self.pager.checkpoint()?;

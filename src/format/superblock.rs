@@ -9,8 +9,10 @@ use crate::error::{Error, Result};
 
 /// File magic, the first 8 bytes of every store.
 pub const MAGIC: &[u8; 8] = b"TAGSTORE";
-/// On-disk format version written by this build.
-pub const FORMAT_VERSION: u32 = 2;
+/// Highest on-disk format version this build reads and writes: 3 is format
+/// 2 with a strings file (written only by a store holding long tags, so
+/// that older builds refuse it rather than read references as strings).
+pub const FORMAT_VERSION: u32 = 3;
 /// Block holding the superblock.
 pub const SUPERBLOCK_BLOCK: u64 = 0;
 /// First block of the primary partition.
@@ -21,6 +23,9 @@ pub const FLAG_CLEAN: u32 = 1;
 /// Superblock flag (format 2): each tag may be stored in one half only
 /// (a node behind a proxy, which receives each half of a tag separately).
 pub const FLAG_HALF_ONLY: u32 = 2;
+/// Superblock flag (format 3): tags may hold strings by reference, kept in
+/// the strings file `STORE.strings` (DESIGN.md §3.7).
+pub const FLAG_STRINGS: u32 = 4;
 
 /// Offset of the version-2 primary segment starts (32 × u64).
 const SEG_OFF: usize = 88;
@@ -60,7 +65,12 @@ impl Superblock {
         let mut b = vec![0u8; BLOCK_SIZE];
         b[0..8].copy_from_slice(MAGIC);
         let l = &self.layout;
-        b[8..12].copy_from_slice(&l.version.to_le_bytes());
+        let version = if self.flags & FLAG_STRINGS != 0 {
+            3
+        } else {
+            l.version
+        };
+        b[8..12].copy_from_slice(&version.to_le_bytes());
         b[12..16].copy_from_slice(&(BLOCK_SIZE as u32).to_le_bytes());
         b[16..20].copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
         b[20..24].copy_from_slice(&l.base.to_le_bytes());
@@ -122,11 +132,16 @@ impl Superblock {
             .validate()
             .map_err(|e| Error::corrupt(format!("superblock geometry: {e}")))?;
         let flags = rd32(b, 36);
-        let known = if version == 1 {
-            FLAG_CLEAN
-        } else {
-            FLAG_CLEAN | FLAG_HALF_ONLY
+        let known = match version {
+            1 => FLAG_CLEAN,
+            2 => FLAG_CLEAN | FLAG_HALF_ONLY,
+            _ => FLAG_CLEAN | FLAG_HALF_ONLY | FLAG_STRINGS,
         };
+        if version == 3 && flags & FLAG_STRINGS == 0 {
+            return Err(Error::corrupt(
+                "superblock names format 3 without the strings flag",
+            ));
+        }
         if flags & !known != 0 {
             return Err(Error::corrupt(format!(
                 "superblock flags {flags:#x} set bits format {version} does not define"
@@ -152,7 +167,7 @@ impl Superblock {
                 )));
             }
             let mut l = Layout::build(
-                version,
+                version.min(2),
                 geometry,
                 rd32(b, 76),
                 rd32(b, 80),
@@ -205,11 +220,26 @@ mod tests {
         bad[41] ^= 0x10;
         assert!(matches!(Superblock::decode(&bad), Err(Error::Corrupt(_))));
         let mut newer = img.clone();
-        newer[8..12].copy_from_slice(&3u32.to_le_bytes());
+        newer[8..12].copy_from_slice(&4u32.to_le_bytes());
         assert!(matches!(
             Superblock::decode(&newer),
-            Err(Error::UnsupportedVersion { found: 3, .. })
+            Err(Error::UnsupportedVersion { found: 4, .. })
         ));
+        // The strings flag makes the image format 3, and back.
+        let mut long = sb.clone();
+        long.flags |= FLAG_STRINGS;
+        let img3 = long.encode();
+        assert_eq!(rd32(&img3, 8), 3);
+        let back = Superblock::decode(&img3).expect("ok").expect("ours");
+        assert_eq!(back.flags, FLAG_CLEAN | FLAG_STRINGS);
+        assert_eq!(back.layout, sb.layout);
+        assert_eq!(back.encode(), img3);
+        // Format 2 does not define the flag.
+        let mut v2 = img3.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let c = crc32fast::hash(&v2[..BLOCK_SIZE - 4]);
+        v2[BLOCK_SIZE - 4..].copy_from_slice(&c.to_le_bytes());
+        assert!(matches!(Superblock::decode(&v2), Err(Error::Corrupt(_))));
         assert!(Superblock::decode(&[0u8; BLOCK_SIZE])
             .expect("ok")
             .is_none());

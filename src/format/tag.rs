@@ -1,12 +1,14 @@
 //! Tags and their 160-byte slot encoding.
 
+use super::long::MAX_STRING_BYTES;
 use crate::error::{Error, Result};
 
 /// Size of one tag slot in bytes.
 pub const SLOT_SIZE: usize = 160;
 /// Bytes of a slot taken by the slot header (marker and three lengths).
 pub const SLOT_HEADER: usize = 4;
-/// Largest total length of object + relationship + subject, in bytes.
+/// Largest total length of object + relationship + subject stored in the
+/// slot itself, in bytes (a longer tag holds its long strings by reference).
 pub const MAX_TAG_BYTES: usize = SLOT_SIZE - SLOT_HEADER;
 /// First byte of every occupied slot.
 pub(crate) const SLOT_MARKER: u8 = 0xA5;
@@ -36,19 +38,24 @@ impl Tag {
         }
     }
 
-    /// Bytes this tag needs in a slot.
+    /// Bytes this tag needs in a slot when stored as it is (a tag past
+    /// [`SLOT_SIZE`] holds its long strings by reference).
     pub fn encoded_len(&self) -> usize {
         SLOT_HEADER + self.object.len() + self.relationship.len() + self.subject.len()
     }
 
-    /// Refuses a tag too large for a slot ([`Error::TagTooLarge`]), as an
-    /// INSERT would.
+    /// Refuses a tag with a string longer than a store takes
+    /// ([`Error::TagTooLarge`]), as an INSERT would.
     pub fn check_size(&self) -> Result<()> {
-        let needed = self.encoded_len();
-        if needed > SLOT_SIZE {
+        let longest = [&self.object, &self.relationship, &self.subject]
+            .iter()
+            .map(|p| p.len())
+            .max()
+            .unwrap_or(0);
+        if longest > MAX_STRING_BYTES {
             return Err(Error::TagTooLarge {
-                needed,
-                limit: SLOT_SIZE,
+                needed: longest,
+                limit: MAX_STRING_BYTES,
             });
         }
         Ok(())
@@ -77,9 +84,16 @@ impl Half {
 /// An encoded slot image.
 pub type SlotBytes = [u8; SLOT_SIZE];
 
-/// Encodes a tag into a slot image, or says how many bytes it would need.
+/// Encodes a tag that fits a slot into a slot image (a longer one is
+/// first shrunk by `long::shrink`).
 pub fn encode(tag: &Tag) -> Result<SlotBytes> {
-    tag.check_size()?;
+    let needed = tag.encoded_len();
+    if needed > SLOT_SIZE {
+        return Err(Error::TagTooLarge {
+            needed,
+            limit: SLOT_SIZE,
+        });
+    }
     let mut s = [0u8; SLOT_SIZE];
     s[0] = SLOT_MARKER;
     // Each length is < 157 because the total fits, so the casts are exact.
@@ -105,11 +119,6 @@ pub struct SlotView<'a> {
 }
 
 impl SlotView<'_> {
-    /// Owned copy.
-    pub fn to_tag(&self) -> Tag {
-        Tag::new(self.object, self.relationship, self.subject)
-    }
-
     /// The key field of this half (object or subject).
     pub fn key_name(&self, half: Half) -> &str {
         match half {
@@ -183,7 +192,7 @@ mod tests {
         let t = Tag::new("photo\t1", "isa", "日本の夕日");
         let s = encode(&t).expect("fits");
         let v = decode(&s).expect("decodes");
-        assert_eq!(v.to_tag(), t);
+        assert_eq!(Tag::new(v.object, v.relationship, v.subject), t);
         let big = Tag::new("o".repeat(100), "r", "s".repeat(60));
         match encode(&big) {
             Err(Error::TagTooLarge { needed, limit }) => {
@@ -196,7 +205,8 @@ mod tests {
         assert!(encode(&exact).is_ok());
         let empty = Tag::new("", "", "");
         let s = encode(&empty).expect("fits");
-        assert_eq!(decode(&s).expect("decodes").to_tag(), empty);
+        let v = decode(&s).expect("decodes");
+        assert_eq!(Tag::new(v.object, v.relationship, v.subject), empty);
     }
 
     #[test]

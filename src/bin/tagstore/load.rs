@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 use tagstore::tsv::{self, LineError, LineReader, MAX_LINE_BYTES};
-use tagstore::{Durability, Error, Store, Tag, MAX_TAG_BYTES};
+use tagstore::{Durability, Error, Store, Tag, MAX_STRING_BYTES};
 
 /// Tags applied per library batch in the journaled modes (and per sync in
 /// `on-sync` mode).
@@ -196,7 +196,7 @@ fn read_and_apply<R: io::BufRead>(
                 }
                 Some(Err(format!(
                     "line is longer than {MAX_LINE_BYTES} bytes, more than any tag can need \
-                     ({MAX_TAG_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n; \
+                     (three strings of {MAX_STRING_BYTES} bytes of UTF-8 escaped to at most 2 characters each, 2 tabs, \\r\\n; \
                      write bytes as UTF-8, not as octal or hex escapes); the rest of it was not read"
                 )))
             }

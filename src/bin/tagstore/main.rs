@@ -191,8 +191,8 @@ struct Change {
     #[arg(long)]
     file: Option<PathBuf>,
     /// With --file: skip a line that is not a valid tag (malformed, not
-    /// UTF-8, longer than a slot holds) instead of stopping; the first 10
-    /// are named on stderr, and the summary counts them all.
+    /// UTF-8, a string longer than 65,536 bytes) instead of stopping; the
+    /// first 10 are named on stderr, and the summary counts them all.
     #[arg(long, requires = "file")]
     skip_bad: bool,
     /// When changes become durable: `immediate` (each tag), `on-sync` (every

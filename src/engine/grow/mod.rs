@@ -54,7 +54,7 @@ impl State {
             // Spread by a multiplicative hash, not a stride: a stride could
             // fall in step with the batch's order (every other line).
             let t = sample[((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n as u64) as usize];
-            let present = match encode(t) {
+            let present = match crate::format::long::shrink(t).and_then(|s| encode(&s)) {
                 Ok(slot) => self.contains(&slot, Half::Object)?,
                 Err(_) => false,
             };

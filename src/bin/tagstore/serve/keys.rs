@@ -190,16 +190,10 @@ pub fn member_list(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
     Ok(names)
 }
 
-/// Refuses the tag a key and a member name when it cannot fit a slot.
+/// Refuses the tag a key and a member name make when a string of it is
+/// longer than a store takes.
 pub fn check_fits(key: &Key, member: &str) -> tagstore::Result<()> {
-    let needed = with_tag(key, member, Tag::encoded_len);
-    if needed > tagstore::SLOT_SIZE {
-        return Err(tagstore::Error::TagTooLarge {
-            needed,
-            limit: tagstore::SLOT_SIZE,
-        });
-    }
-    Ok(())
+    with_tag(key, member, Tag::check_size)
 }
 
 /// Empties the key's set (`DEL`): in a whole-tag store every tag the key

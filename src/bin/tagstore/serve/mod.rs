@@ -59,7 +59,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     max_clients: u64,
     /// Largest request in bytes, framing included (8 MiB: a SADD of some
-    /// 50,000 members of the largest size). A larger one is a protocol
+    /// 50,000 members of 150 bytes, or 127 of the largest size, 65,536
+    /// bytes). A larger one is a protocol
     /// error that closes the connection. A MULTI transaction queues at
     /// most 16 times this, all connections' transactions 64 times it.
     #[arg(long, default_value_t = 8 << 20, value_parser = clap::value_parser!(u64).range(64..=1 << 30))]

@@ -145,7 +145,8 @@ pub fn spop(
 
 /// `SMOVE source destination member`: the tag `source` and `member` name
 /// goes, the tag `destination` and `member` name comes (refused before
-/// any change if it would not fit a slot); 1 if `member` was in `source`.
+/// any change if a string of it is longer than a store takes); 1 if
+/// `member` was in `source`.
 pub fn smove(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
     let (src, dst) = (keys::parse_key(rest[0])?, keys::parse_key(rest[1])?);
     let m = keys::member(rest[2])?;

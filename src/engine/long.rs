@@ -1,0 +1,103 @@
+//! Tags longer than a slot, at the engine's edge: long strings go to the
+//! strings file before a slot names them, and every string a user reads
+//! comes back whole (DESIGN.md §3.7).
+
+use super::state::State;
+use crate::error::{Error, Result};
+use crate::format::long::{forms, is_ref, referenced, REF_LEN};
+use crate::format::tag::SlotView;
+use crate::format::{Tag, FLAG_STRINGS};
+use crate::pager::Durability;
+
+/// A stored reference whose string the strings file does not hold.
+pub(super) fn missing(r: &[u8]) -> Error {
+    Error::corrupt(format!(
+        "a tag names long string {} that the strings file does not hold",
+        String::from_utf8_lossy(r)
+    ))
+}
+
+impl State {
+    /// Keeps the long strings of `tag` (stored as `stored`, its shrunk
+    /// form) in the strings file before a slot names them: durably in the
+    /// journaled modes or when the call asks for it; in mode `none` at the
+    /// next sync or close, before the store's own flush.
+    pub(super) fn hold_strings(
+        &mut self,
+        tag: &Tag,
+        stored: &Tag,
+        call: Option<Durability>,
+    ) -> Result<()> {
+        let durable =
+            self.pager.durability() != Durability::None || call == Some(Durability::Immediate);
+        for s in referenced(tag, stored) {
+            self.strings.intern(s, durable)?;
+        }
+        self.mark_strings()
+    }
+
+    /// Sets the superblock's strings flag (format 3) once the store holds
+    /// a long string, so that older builds refuse the file.
+    pub(super) fn mark_strings(&mut self) -> Result<()> {
+        if self.sb.flags & FLAG_STRINGS != 0 || self.strings.is_empty() {
+            return Ok(());
+        }
+        let mut sb = self.sb.clone();
+        sb.flags |= FLAG_STRINGS;
+        self.pager.write_superblock(&sb)?;
+        self.sb = sb;
+        Ok(())
+    }
+
+    /// A stored string as the user wrote it.
+    #[inline]
+    pub(super) fn expand<'a>(&'a self, s: &'a str) -> Result<&'a str> {
+        if !is_ref(s.as_bytes()) {
+            return Ok(s);
+        }
+        self.strings
+            .get(s.as_bytes())
+            .ok_or_else(|| missing(s.as_bytes()))
+    }
+
+    /// A stored slot's tag as the user wrote it.
+    pub(super) fn expand_view(&self, v: &SlotView<'_>) -> Result<Tag> {
+        Ok(Tag::new(
+            self.expand(v.object)?,
+            self.expand(v.relationship)?,
+            self.expand(v.subject)?,
+        ))
+    }
+
+    /// The stored forms of the key (`relationship`, `name`) that tags may
+    /// hold, when a long string makes more than the key itself possible:
+    /// `None` for a key stored only as it is (the common case; no
+    /// allocation, and no hashing while the store holds no long string).
+    pub(super) fn key_forms(
+        &self,
+        relationship: &str,
+        name: &str,
+    ) -> Option<Vec<(String, String)>> {
+        if self.strings.is_empty() {
+            // No tag holds a reference (the key is not even read).
+            return None;
+        }
+        let (ri, rr) = forms(relationship);
+        let (ni, nr) = forms(name);
+        let held = |r: Option<[u8; REF_LEN]>| {
+            r.filter(|r| self.strings.get(r).is_some())
+                .map(|r| String::from_utf8_lossy(&r).into_owned())
+        };
+        let (rr, nr) = (held(rr), held(nr));
+        if rr.is_none() && nr.is_none() && ri.is_some() && ni.is_some() {
+            return None;
+        }
+        let rels: Vec<String> = ri.map(str::to_owned).into_iter().chain(rr).collect();
+        let names: Vec<String> = ni.map(str::to_owned).into_iter().chain(nr).collect();
+        Some(
+            rels.iter()
+                .flat_map(|r| names.iter().map(move |n| (r.clone(), n.clone())))
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,263 @@
+//! The strings file `STORE.strings`: the long strings that tags too large
+//! for a slot hold by reference (format 3, DESIGN.md §3.7), kept in memory
+//! by reference while the store is open.
+//!
+//! Append-only: a 16-byte header, then records of a u32 length, the CRC32
+//! of the string and its UTF-8 bytes. A string is appended before any slot
+//! names its reference, and made durable before that slot's commit; a
+//! torn last record (a crash while appending) is cut off at the next
+//! writable open. Strings of deleted tags stay until `maintain` rewrites
+//! the file with the strings its tags use.
+
+use crate::error::{Error, Result};
+use crate::format::long::{ref_bytes, REF_LEN};
+use crate::side::side_path;
+use foldhash::{HashMap, HashMapExt};
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// First 8 bytes of a strings file.
+const MAGIC: &[u8; 8] = b"TAGSTRNG";
+/// Format version of the strings file.
+const VERSION: u32 = 1;
+/// Bytes of the header: magic, version, 4 zero bytes.
+const HEADER: usize = 16;
+
+/// Path of the strings file of the store at `store`.
+pub fn strings_path(store: &Path) -> PathBuf {
+    side_path(store, "strings")
+}
+
+/// The long strings of a store, by reference (`Default`: none, no file).
+#[derive(Default)]
+pub struct Strings {
+    map: HashMap<[u8; REF_LEN], Box<str>>,
+    file: Option<File>,
+    path: PathBuf,
+    len: u64,
+    writable: bool,
+    /// Appended since the last fsync.
+    dirty: bool,
+}
+
+fn key(r: &[u8]) -> Option<[u8; REF_LEN]> {
+    r.try_into().ok()
+}
+
+impl Strings {
+    /// No strings (a new store); the file is made on the first append.
+    pub fn empty(store: &Path, writable: bool) -> Strings {
+        Strings {
+            map: HashMap::new(),
+            file: None,
+            path: strings_path(store),
+            len: 0,
+            writable,
+            dirty: false,
+        }
+    }
+
+    /// Loads the strings file of `store`, if there is one. A writable open
+    /// cuts a torn last record off; a read-only one ignores it.
+    pub fn load(store: &Path, writable: bool) -> Result<Strings> {
+        let mut s = Strings::empty(store, writable);
+        let file = match OpenOptions::new().read(true).write(writable).open(&s.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(s),
+            Err(e) => return Err(Error::io(format!("opening {}", s.path.display()), e)),
+        };
+        let mut data = Vec::new();
+        (&file)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::io(format!("reading {}", s.path.display()), e))?;
+        if data.len() < HEADER {
+            // A create cut short: nothing was ever referenced from it.
+            s.file = Some(file);
+            if writable {
+                s.write_header()?;
+            }
+            return Ok(s);
+        }
+        if &data[..8] != MAGIC {
+            return Err(Error::corrupt(format!(
+                "{} is not a tagstore strings file",
+                s.path.display()
+            )));
+        }
+        let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let mut at = HEADER;
+        while let Some(text) = record(&data, at) {
+            s.map.insert(ref_bytes(text), text.into());
+            at += 8 + text.len();
+        }
+        s.len = at as u64;
+        s.file = Some(file);
+        if writable && at < data.len() {
+            let f = s.file_ref().map_err(|e| s.io("cutting", e))?;
+            f.set_len(s.len)
+                .and_then(|()| f.sync_all())
+                .map_err(|e| s.io("cutting the torn tail of", e))?;
+        }
+        Ok(s)
+    }
+
+    fn file_ref(&self) -> std::io::Result<&File> {
+        self.file
+            .as_ref()
+            .ok_or_else(|| std::io::Error::other("strings file not open"))
+    }
+
+    fn write_header(&mut self) -> Result<()> {
+        let mut h = [0u8; HEADER];
+        h[..8].copy_from_slice(MAGIC);
+        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let f = self.file_ref().map_err(|e| self.io("writing", e))?;
+        f.set_len(0)
+            .and_then(|()| f.write_all_at(&h, 0))
+            .map_err(|e| self.io("writing", e))?;
+        self.len = HEADER as u64;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn io(&self, what: &str, e: std::io::Error) -> Error {
+        Error::io(format!("{what} {}", self.path.display()), e)
+    }
+
+    /// True when no string is held.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Strings held.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The string a reference stands for.
+    #[inline]
+    pub fn get(&self, r: &[u8]) -> Option<&str> {
+        key(r).and_then(|k| self.map.get(&k)).map(|s| &**s)
+    }
+
+    /// Makes sure `s` is held, appending it to the file when it is new
+    /// (durably when `durable`). Refuses a string whose reference is
+    /// another's (a hash collision, never seen): it cannot be stored.
+    pub fn intern(&mut self, s: &str, durable: bool) -> Result<()> {
+        let k = ref_bytes(s);
+        if let Some(old) = self.map.get(&k) {
+            if &**old == s {
+                return Ok(());
+            }
+            return Err(Error::InvalidArgument(format!(
+                "a string of {} bytes has the same 126-bit reference as another the store holds; it cannot be stored",
+                s.len()
+            )));
+        }
+        if !self.writable {
+            return Err(Error::ReadOnly);
+        }
+        if self.file.is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)
+                .map_err(|e| self.io("creating", e))?;
+            self.file = Some(f);
+            self.write_header()?;
+            crate::side::sync_dir(&self.path)?;
+        }
+        let mut rec = Vec::with_capacity(8 + s.len());
+        rec.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&crc32fast::hash(s.as_bytes()).to_le_bytes());
+        rec.extend_from_slice(s.as_bytes());
+        let f = self.file_ref().map_err(|e| self.io("writing", e))?;
+        if let Err(e) = f.write_all_at(&rec, self.len) {
+            let _ = f.set_len(self.len);
+            return Err(self.io("writing", e));
+        }
+        self.len += rec.len() as u64;
+        self.dirty = true;
+        self.map.insert(k, s.into());
+        if durable {
+            self.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Makes every appended string durable.
+    pub fn sync(&mut self) -> Result<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let f = self.file_ref().map_err(|e| self.io("syncing", e))?;
+        f.sync_data().map_err(|e| self.io("syncing", e))?;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+/// The string of the record at `at`, if a whole, sound one starts there.
+fn record(data: &[u8], at: usize) -> Option<&str> {
+    let head = data.get(at..at + 8)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let bytes = data.get(at + 8..at.checked_add(8)?.checked_add(len)?)?;
+    if crc32fast::hash(bytes) != crc {
+        return None;
+    }
+    std::str::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_survive_a_reopen_and_a_torn_tail_is_cut() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut s = Strings::empty(&store, true);
+        let long = "é".repeat(200);
+        s.intern(&long, true).expect("intern");
+        s.intern("second", false).expect("intern");
+        s.intern(&long, false).expect("again");
+        s.sync().expect("sync");
+        let good = std::fs::metadata(strings_path(&store)).expect("meta").len();
+        // A torn record: its length says more than the file holds.
+        let f = OpenOptions::new()
+            .append(true)
+            .open(strings_path(&store))
+            .expect("open");
+        f.write_all_at(&[50, 0, 0, 0, 1, 2], good).expect("write");
+        let ro = Strings::load(&store, false).expect("read-only load");
+        assert_eq!(ro.len(), 2);
+        let s = Strings::load(&store, true).expect("load");
+        assert_eq!(s.get(&ref_bytes(&long)), Some(long.as_str()));
+        assert_eq!(s.get(&ref_bytes("second")), Some("second"));
+        assert_eq!(s.get(&ref_bytes("third")), None);
+        let len = std::fs::metadata(strings_path(&store)).expect("meta").len();
+        assert_eq!(len, good, "the torn record is cut off");
+    }
+
+    #[test]
+    fn a_foreign_file_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        std::fs::write(strings_path(&store), b"not a strings file at all").expect("write");
+        assert!(matches!(
+            Strings::load(&store, true),
+            Err(Error::Corrupt(_))
+        ));
+    }
+}

@@ -1,0 +1,468 @@
+//! Tags longer than a slot (format 3, DESIGN.md §3.7): a tag whose strings
+//! pass 156 bytes holds its long strings by reference in `STORE.strings`.
+//! Against a `BTreeSet<Tag>` model, with strings around every boundary of
+//! the rule (48 and 156 bytes, U+FFFF at the start, multi-byte UTF-8):
+//! INSERT, DELETE, batches, both FINDs (iterator and visitor), `contains`,
+//! counts, export, reopens (clean, unclean, read-only) and `check`; then
+//! the bulk path, `maintain`, the format number, a lost strings file and
+//! the limit on one string.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use std::collections::BTreeSet;
+use std::path::Path;
+use tagstore::{CreateOptions, Error, MaintainOptions, OpenOptions, Store, Tag, MAX_STRING_BYTES};
+
+/// Strings on both sides of each boundary of the rule.
+fn pool() -> Vec<String> {
+    vec![
+        String::new(),
+        "a".into(),
+        "日本".into(),
+        "x\ty\nz".into(),
+        "p".repeat(48),
+        "q".repeat(49),
+        "é".repeat(30),
+        "/usr/share/doc/".to_string() + &"long-package-name/".repeat(6) + "README.md",
+        "r".repeat(156),
+        "s".repeat(157),
+        "夕日".repeat(100),
+        "t".repeat(2000),
+        "\u{FFFF}".into(),
+        "\u{FFFF}x".into(),
+        "\u{FFFF}".to_string() + &"y".repeat(200),
+    ]
+}
+
+fn rels() -> Vec<String> {
+    vec![
+        "isa".into(),
+        String::new(),
+        "owned_by".into(),
+        "relationship-".repeat(5),
+        "\u{FFFF}rel".into(),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(Tag),
+    Delete(Tag),
+    InsertBatch(Vec<Tag>),
+    DeleteBatch(Vec<Tag>),
+    Reopen { clean: bool },
+    ReadOnly,
+}
+
+fn tag() -> impl Strategy<Value = Tag> {
+    let (p, r) = (pool(), rels());
+    (
+        proptest::sample::select(p.clone()),
+        prop_oneof![6 => Just("isa".to_string()), 2 => proptest::sample::select(r)],
+        proptest::sample::select(p),
+    )
+        .prop_map(|(o, r, s)| Tag::new(o, r, s))
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => tag().prop_map(Op::Insert),
+        10 => tag().prop_map(Op::Delete),
+        4 => proptest::collection::vec(tag(), 1..30).prop_map(Op::InsertBatch),
+        2 => proptest::collection::vec(tag(), 1..20).prop_map(Op::DeleteBatch),
+        2 => any::<bool>().prop_map(|clean| Op::Reopen { clean }),
+        1 => Just(Op::ReadOnly),
+    ]
+}
+
+fn tiny(seed: u64) -> CreateOptions {
+    CreateOptions {
+        expected_tags: 10,
+        primary_buckets_per_half: Some(2),
+        blocks_per_primary: Some(1),
+        blocks_per_secondary: Some(1),
+        seed: Some(seed),
+    }
+}
+
+fn sorted(it: impl Iterator<Item = tagstore::Result<String>>, what: &str) -> Vec<String> {
+    let mut v: Vec<String> = it
+        .collect::<Result<_, _>>()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    v.sort();
+    v
+}
+
+/// Every FIND of every key the model can name, both directions and both
+/// forms, plus the counts, against the model.
+fn agree(store: &Store, model: &BTreeSet<Tag>) {
+    assert_eq!(store.len(), model.len() as u64, "len");
+    let mut keys: BTreeSet<(String, String)> = BTreeSet::new();
+    for t in model {
+        keys.insert((t.object.clone(), t.relationship.clone()));
+        keys.insert((t.subject.clone(), t.relationship.clone()));
+    }
+    for s in pool() {
+        keys.insert((s, "isa".into()));
+    }
+    for (name, r) in &keys {
+        let subjects: Vec<String> = model
+            .iter()
+            .filter(|t| &t.object == name && &t.relationship == r)
+            .map(|t| t.subject.clone())
+            .collect();
+        let objects: Vec<String> = model
+            .iter()
+            .filter(|t| &t.subject == name && &t.relationship == r)
+            .map(|t| t.object.clone())
+            .collect();
+        let what = format!("find_subjects({:.40?}, {r:.20?})", name);
+        assert_eq!(
+            sorted(store.find_subjects(name, r), &what),
+            subjects,
+            "{what}"
+        );
+        let what = format!("find_objects({:.40?}, {r:.20?})", name);
+        assert_eq!(
+            sorted(store.find_objects(name, r), &what),
+            objects,
+            "{what}"
+        );
+        let mut seen = Vec::new();
+        let n = store
+            .for_each_object(name, r, |o| seen.push(o.to_owned()))
+            .expect("visitor");
+        seen.sort();
+        assert_eq!(
+            (n as usize, seen),
+            (objects.len(), objects.clone()),
+            "{what} by visitor"
+        );
+        assert_eq!(
+            store.count(name, r).expect("count"),
+            objects.len() as u64,
+            "count({:.40?}, {r:.20?})",
+            name
+        );
+    }
+    for t in model {
+        assert!(store.contains(t).expect("contains"), "contains {t:.60?}");
+    }
+    let mut all: Vec<Tag> = store.tags().collect::<Result<_, _>>().expect("export");
+    all.sort();
+    assert_eq!(all, model.iter().cloned().collect::<Vec<_>>(), "export");
+}
+
+fn run(ops: Vec<Op>, seed: u64) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("long.tags");
+    let mut store = Some(Store::create(&path, &tiny(seed)).expect("create"));
+    let mut model = BTreeSet::new();
+    for op in ops {
+        let s = store.as_ref().expect("open");
+        match op {
+            Op::Insert(t) => {
+                let fresh = model.insert(t.clone());
+                assert_eq!(s.insert(&t).expect("insert"), fresh, "insert {t:.80?}");
+            }
+            Op::Delete(t) => {
+                let had = model.remove(&t);
+                assert_eq!(s.delete(&t).expect("delete"), had, "delete {t:.80?}");
+            }
+            Op::InsertBatch(ts) => {
+                let (_, r) = s.insert_batch(&ts);
+                r.expect("insert_batch");
+                model.extend(ts);
+            }
+            Op::DeleteBatch(ts) => {
+                let (_, r) = s.delete_batch(&ts);
+                r.expect("delete_batch");
+                for t in &ts {
+                    model.remove(t);
+                }
+            }
+            Op::Reopen { clean } => {
+                let s = store.take().expect("open");
+                if clean {
+                    s.close().expect("close");
+                } else {
+                    s.abandon();
+                }
+                store = Some(Store::open(&path).expect("reopen"));
+            }
+            Op::ReadOnly => {
+                store.take().expect("open").close().expect("close");
+                let ro = Store::open_read_only(&path).expect("read-only open");
+                agree(&ro, &model);
+                drop(ro);
+                store = Some(Store::open(&path).expect("reopen"));
+            }
+        }
+    }
+    let s = store.take().expect("open");
+    agree(&s, &model);
+    let report = s.check().expect("check");
+    assert!(report.ok(), "{:?}", report.faults);
+    s.close().expect("close");
+}
+
+#[test]
+fn long_tags_against_a_model() {
+    let cases = std::env::var("TAGSTORE_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(
+            &(proptest::collection::vec(op(), 1..60), any::<u64>()),
+            |(ops, seed)| {
+                run(ops, seed);
+                Ok(())
+            },
+        )
+        .expect("model");
+}
+
+/// The first tags of a batch of `n`, one in 7 with a long object.
+fn batch(n: usize) -> Vec<Tag> {
+    (0..n)
+        .map(|i| {
+            let object = if i % 7 == 0 {
+                format!("/srv/{}/file-{i}", "deep/".repeat(40))
+            } else {
+                format!("file-{i}")
+            };
+            let subject = if i % 11 == 0 {
+                format!("{}-{}", "pkg".repeat(60), i % 50)
+            } else {
+                format!("pkg-{}", i % 97)
+            };
+            Tag::new(object, "owned_by", subject)
+        })
+        .collect()
+}
+
+fn version_of(path: &Path) -> u32 {
+    let b = std::fs::read(path).expect("read");
+    u32::from_le_bytes([b[8], b[9], b[10], b[11]])
+}
+
+fn strings_of(path: &Path) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".strings");
+    p.into()
+}
+
+/// The bulk path (a batch of 16,384 tags or more) holds long strings as
+/// the single INSERT does, and counts them by their whole strings.
+#[test]
+fn a_bulk_load_and_delete_of_long_tags_agree_with_single_finds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bulk.tags");
+    let store = Store::create(&path, &CreateOptions::default()).expect("create");
+    let tags = batch(40_000);
+    let (out, r) = store.insert_batch(&tags);
+    r.expect("bulk insert");
+    assert_eq!(out.changed, 40_000);
+    let mut model: BTreeSet<Tag> = tags.iter().cloned().collect();
+    let (_, r) = store.delete_batch(tags.iter().step_by(2));
+    r.expect("bulk delete");
+    for t in tags.iter().step_by(2) {
+        model.remove(t);
+    }
+    assert_eq!(store.len(), model.len() as u64);
+    for t in tags.iter().take(2000) {
+        assert_eq!(
+            store.contains(t).expect("contains"),
+            model.contains(t),
+            "{t:.60?}"
+        );
+        let want = model
+            .iter()
+            .filter(|m| m.subject == t.subject && m.relationship == t.relationship)
+            .count() as u64;
+        assert_eq!(store.count(&t.subject, "owned_by").expect("count"), want);
+        let got = sorted(store.find_objects(&t.subject, "owned_by"), "find_objects").len();
+        assert_eq!(got as u64, want);
+    }
+    let mut all: Vec<Tag> = store.tags().collect::<Result<_, _>>().expect("export");
+    all.sort();
+    assert_eq!(all, model.iter().cloned().collect::<Vec<_>>());
+    assert!(store.check().expect("check").ok());
+    store.close().expect("close");
+    assert_eq!(
+        version_of(&path),
+        3,
+        "a store with long strings is format 3"
+    );
+}
+
+/// A store that never held a long tag stays format 2 (older builds read
+/// it); `maintain` keeps long tags and drops the strings no tag uses.
+#[test]
+fn maintain_keeps_long_tags_and_drops_unused_strings() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m.tags");
+    let store = Store::create(&path, &CreateOptions::default()).expect("create");
+    store
+        .insert(&Tag::new("short", "isa", "tag"))
+        .expect("insert");
+    store.close().expect("close");
+    assert_eq!(version_of(&path), 2);
+    assert!(!strings_of(&path).exists());
+
+    let store = Store::open(&path).expect("open");
+    let tags = batch(300);
+    let (_, r) = store.insert_batch(&tags);
+    r.expect("insert");
+    let gone: Vec<&Tag> = tags
+        .iter()
+        .filter(|t| t.object.len() > 156)
+        .take(20)
+        .collect();
+    for t in &gone {
+        assert!(store.delete(t).expect("delete"));
+    }
+    store.close().expect("close");
+    let before = std::fs::metadata(strings_of(&path)).expect("strings").len();
+    Store::maintain(&path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
+    let after = std::fs::metadata(strings_of(&path)).expect("strings").len();
+    assert!(
+        after < before,
+        "maintain keeps only used strings: {before} -> {after}"
+    );
+    let store = Store::open(&path).expect("open");
+    for t in &tags {
+        let want = !gone.contains(&t);
+        assert_eq!(store.contains(t).expect("contains"), want, "{t:.60?}");
+    }
+    let long: Vec<Tag> = tags
+        .iter()
+        .filter(|t| !gone.contains(t) && t.encoded_len() > 160)
+        .cloned()
+        .collect();
+    assert!(!long.is_empty());
+    for t in &long {
+        let subjects = sorted(store.find_subjects(&t.object, "owned_by"), "find_subjects");
+        assert_eq!(subjects, std::slice::from_ref(&t.subject));
+    }
+    // Every long tag deleted: the next maintain removes the strings file
+    // and the store is format 2 again.
+    let (_, r) = store.delete_batch(&long);
+    r.expect("delete");
+    store.close().expect("close");
+    Store::maintain(&path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
+    assert!(!strings_of(&path).exists(), "no tag uses a long string");
+    assert_eq!(version_of(&path), 2);
+    let store = Store::open(&path).expect("open");
+    assert!(store.check().expect("check").ok());
+}
+
+/// A lost strings file is named by `check` and by the FIND that needs it,
+/// never a panic or a reference passed off as a string.
+#[test]
+fn a_lost_strings_file_is_reported_not_guessed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("lost.tags");
+    let store = Store::create(&path, &CreateOptions::default()).expect("create");
+    let long = "L".repeat(400);
+    store
+        .insert(&Tag::new("o", "isa", long.as_str()))
+        .expect("insert");
+    store
+        .insert(&Tag::new("o", "isa", "short"))
+        .expect("insert");
+    store.close().expect("close");
+    std::fs::remove_file(strings_of(&path)).expect("remove");
+    let store = Store::open_read_only(&path).expect("open");
+    let r: Result<Vec<String>, _> = store.find_subjects("o", "isa").collect();
+    assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+    let report = store.check().expect("check");
+    assert!(
+        report.faults.iter().any(|f| f.contains("strings file")),
+        "{:?}",
+        report.faults
+    );
+    let tags: Result<Vec<Tag>, _> = store.tags().collect();
+    assert!(matches!(tags, Err(Error::Corrupt(_))));
+    drop(store);
+    // A salvage keeps what it can: the tag whose string is lost is left out.
+    let store = Store::open_salvage(&path, &OpenOptions::default()).expect("salvage open");
+    let tags: Vec<Tag> = store
+        .salvaged_tags()
+        .collect::<Result<_, _>>()
+        .expect("salvaged tags");
+    assert_eq!(tags, [Tag::new("o", "isa", "short")]);
+}
+
+/// A string past the limit is refused by name and changes nothing.
+#[test]
+fn a_string_past_the_limit_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("big.tags");
+    let store = Store::create(&path, &CreateOptions::default()).expect("create");
+    let big = Tag::new("o".repeat(MAX_STRING_BYTES + 1), "isa", "s");
+    match store.insert(&big) {
+        Err(Error::TagTooLarge { needed, limit }) => {
+            assert_eq!((needed, limit), (MAX_STRING_BYTES + 1, MAX_STRING_BYTES))
+        }
+        other => panic!("expected TagTooLarge, got {other:?}"),
+    }
+    assert_eq!(store.len(), 0);
+    assert!(!strings_of(&path).exists());
+    assert!(!store.delete(&big).expect("delete"));
+    let most = Tag::new("o".repeat(MAX_STRING_BYTES), "isa", "s");
+    assert!(store.insert(&most).expect("insert"));
+    assert_eq!(
+        sorted(store.find_objects("s", "isa"), "find_objects"),
+        std::slice::from_ref(&most.object)
+    );
+}
+
+/// fixtures/format-v2-marked.tags: written by the last format-2 build
+/// (`55411ae`: create --primary-buckets 2 --blocks-per-primary 1
+/// --blocks-per-secondary 1 --seed 29, then insert --file) with strings
+/// that start with U+FFFF, which that build stored as they are and this
+/// one stores by reference. Both FINDs, `contains`, DELETE and counts find
+/// them as written, new tags of such strings sit beside them, and
+/// `maintain` rewrites them as references.
+#[test]
+fn strings_starting_with_uffff_from_a_format_2_store_are_found_and_rewritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("m2.tags");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/format-v2-marked.tags");
+    std::fs::copy(&fixture, &path).expect("copy fixture");
+    assert_eq!(version_of(&path), 2);
+    let m = |s: &str| format!("\u{FFFF}{s}");
+    let old = [
+        Tag::new(m("marked"), "isa", "plain"),
+        Tag::new("plain", "isa", m("subject")),
+        Tag::new("other", m("rel"), "x"),
+        Tag::new("ordinary", "isa", "plain"),
+    ];
+    let store = Store::open(&path).expect("open");
+    let mut model: BTreeSet<Tag> = old.iter().cloned().collect();
+    agree(&store, &model);
+    let new = Tag::new(m("new"), "isa", "plain");
+    assert!(store.insert(&new).expect("insert"));
+    model.insert(new.clone());
+    agree(&store, &model);
+    assert!(store.delete(&old[2]).expect("delete an old marked tag"));
+    model.remove(&old[2]);
+    agree(&store, &model);
+    store.close().expect("close");
+    Store::maintain(&path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
+    let store = Store::open(&path).expect("open");
+    agree(&store, &model);
+    assert!(store.check().expect("check").ok());
+    store.close().expect("close");
+    assert_eq!(version_of(&path), 3, "rewritten with references");
+    let strings = std::fs::read(strings_of(&path)).expect("strings");
+    let holds = |s: &str| strings.windows(s.len()).any(|w| w == s.as_bytes());
+    assert!(holds(&m("marked")) && holds(&m("subject")) && holds(&m("new")));
+}
