@@ -40,6 +40,8 @@ pub struct Strings {
     writable: bool,
     /// Appended since the last fsync.
     dirty: bool,
+    /// Where the first damaged record starts: no string is appended then.
+    damaged: Option<u64>,
 }
 
 fn key(r: &[u8]) -> Option<[u8; REF_LEN]> {
@@ -56,6 +58,7 @@ impl Strings {
             len: 0,
             writable,
             dirty: false,
+            damaged: None,
         }
     }
 
@@ -72,8 +75,14 @@ impl Strings {
         (&file)
             .read_to_end(&mut data)
             .map_err(|e| Error::io(format!("reading {}", s.path.display()), e))?;
+        let mut header = [0u8; HEADER];
+        header[..8].copy_from_slice(MAGIC);
+        header[8..12].copy_from_slice(&VERSION.to_le_bytes());
         if data.len() < HEADER {
-            // A create cut short: nothing was ever referenced from it.
+            // A create cut short (nothing was ever referenced from it).
+            if !(header.starts_with(&data) || data.iter().all(|&b| b == 0)) {
+                return Err(s.foreign());
+            }
             s.file = Some(file);
             if writable {
                 s.write_header()?;
@@ -81,10 +90,7 @@ impl Strings {
             return Ok(s);
         }
         if &data[..8] != MAGIC {
-            return Err(Error::corrupt(format!(
-                "{} is not a tagstore strings file",
-                s.path.display()
-            )));
+            return Err(s.foreign());
         }
         let version = u32::from_le_bytes([data[8], data[9], data[10], data[11]]);
         if version != VERSION {
@@ -94,19 +100,45 @@ impl Strings {
             });
         }
         let mut at = HEADER;
-        while let Some(text) = record(&data, at) {
-            s.map.insert(ref_bytes(text), text.into());
-            at += 8 + text.len();
+        loop {
+            match record(&data, at) {
+                Record::Sound(text) => {
+                    s.map.insert(ref_bytes(text), text.into());
+                    at += 8 + text.len();
+                }
+                Record::End => break,
+                Record::Damaged(n) => {
+                    // Kept as it is, sound records after it read: a cut
+                    // here would lose them. No string is appended after
+                    // damage (`intern` refuses), so nothing is read wrong.
+                    s.damaged.get_or_insert(at as u64);
+                    at += n;
+                }
+            }
         }
         s.len = at as u64;
         s.file = Some(file);
-        if writable && at < data.len() {
+        if writable && s.damaged.is_none() && at < data.len() {
+            // A torn last record (a crash while appending): cut off.
             let f = s.file_ref().map_err(|e| s.io("cutting", e))?;
             f.set_len(s.len)
                 .and_then(|()| f.sync_all())
                 .map_err(|e| s.io("cutting the torn tail of", e))?;
         }
         Ok(s)
+    }
+
+    fn foreign(&self) -> Error {
+        Error::corrupt(format!(
+            "{} is not a tagstore strings file",
+            self.path.display()
+        ))
+    }
+
+    /// The offset of the first damaged record (one that fails its CRC
+    /// with data after it), if any.
+    pub fn damaged(&self) -> Option<u64> {
+        self.damaged
     }
 
     fn file_ref(&self) -> std::io::Result<&File> {
@@ -155,7 +187,8 @@ impl Strings {
         let k = ref_bytes(s);
         if let Some(old) = self.map.get(&k) {
             if &**old == s {
-                return Ok(());
+                // Held, but maybe not yet durable (appended in mode none).
+                return if durable { self.sync() } else { Ok(()) };
             }
             return Err(Error::InvalidArgument(format!(
                 "a string of {} bytes has the same 126-bit reference as another the store holds; it cannot be stored",
@@ -164,6 +197,12 @@ impl Strings {
         }
         if !self.writable {
             return Err(Error::ReadOnly);
+        }
+        if let Some(at) = self.damaged {
+            return Err(Error::corrupt(format!(
+                "{} is damaged at byte {at}: no string is added to it (`tagstore salvage` copies the readable tags to a new store)",
+                self.path.display()
+            )));
         }
         if self.file.is_none() {
             let f = OpenOptions::new()
@@ -207,16 +246,35 @@ impl Strings {
     }
 }
 
-/// The string of the record at `at`, if a whole, sound one starts there.
-fn record(data: &[u8], at: usize) -> Option<&str> {
-    let head = data.get(at..at + 8)?;
+/// What starts at byte `at` of a strings file.
+enum Record<'a> {
+    /// A whole record whose CRC matches: its string.
+    Sound(&'a str),
+    /// The end, or a torn last record: its header or its string runs past
+    /// the end, or nothing but zeros follows (a file extended by a crash
+    /// before its bytes were written).
+    End,
+    /// A record that fails its CRC (or is empty, or not UTF-8) with more
+    /// after it: its length in bytes.
+    Damaged(usize),
+}
+
+fn record(data: &[u8], at: usize) -> Record<'_> {
+    let Some(head) = data.get(at..at + 8) else {
+        return Record::End;
+    };
+    if data[at..].iter().all(|&b| b == 0) {
+        return Record::End;
+    }
     let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
     let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-    let bytes = data.get(at + 8..at.checked_add(8)?.checked_add(len)?)?;
-    if crc32fast::hash(bytes) != crc {
-        return None;
+    let Some(bytes) = data.get(at + 8..(at + 8).saturating_add(len)) else {
+        return Record::End;
+    };
+    match std::str::from_utf8(bytes) {
+        Ok(text) if len > 0 && crc32fast::hash(bytes) == crc => Record::Sound(text),
+        _ => Record::Damaged(8 + len),
     }
-    std::str::from_utf8(bytes).ok()
 }
 
 #[cfg(test)]
@@ -248,6 +306,45 @@ mod tests {
         assert_eq!(s.get(&ref_bytes("third")), None);
         let len = std::fs::metadata(strings_path(&store)).expect("meta").len();
         assert_eq!(len, good, "the torn record is cut off");
+    }
+
+    /// One damaged record in the middle does not cost the records after
+    /// it, and nothing is appended after it; a zero-filled tail is cut.
+    #[test]
+    fn a_damaged_record_keeps_the_rest_and_zeros_are_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut s = Strings::empty(&store, true);
+        let (a, b, c) = ("a".repeat(100), "b".repeat(100), "c".repeat(100));
+        for x in [&a, &b, &c] {
+            s.intern(x, true).expect("intern");
+        }
+        let path = strings_path(&store);
+        let mut data = std::fs::read(&path).expect("read");
+        let len = data.len();
+        data.extend_from_slice(&[0u8; 300]);
+        std::fs::write(&path, &data).expect("write");
+        let s = Strings::load(&store, true).expect("load");
+        assert_eq!(s.len(), 3);
+        assert_eq!(std::fs::metadata(&path).expect("meta").len() as usize, len);
+        // A byte of the first string flipped.
+        data.truncate(len);
+        data[HEADER + 8 + 5] ^= 1;
+        std::fs::write(&path, &data).expect("write");
+        let mut s = Strings::load(&store, true).expect("load");
+        assert_eq!(s.damaged(), Some(HEADER as u64));
+        assert_eq!(s.get(&ref_bytes(&b)), Some(b.as_str()));
+        assert_eq!(s.get(&ref_bytes(&c)), Some(c.as_str()));
+        assert_eq!(s.get(&ref_bytes(&a)), None);
+        assert_eq!(
+            std::fs::metadata(&path).expect("meta").len() as usize,
+            len,
+            "kept"
+        );
+        assert!(matches!(
+            s.intern(&"d".repeat(60), true),
+            Err(Error::Corrupt(_))
+        ));
     }
 
     #[test]

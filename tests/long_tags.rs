@@ -448,6 +448,30 @@ fn strings_starting_with_uffff_from_a_format_2_store_are_found_and_rewritten() {
     let store = Store::open(&path).expect("open");
     let mut model: BTreeSet<Tag> = old.iter().cloned().collect();
     agree(&store, &model);
+    // Inserting a tag stored the old way changes nothing, by every path
+    // (regression: the reference form was inserted beside it, twice).
+    assert!(!store.insert(&old[0]).expect("insert again"));
+    let (out, r) = store.insert_batch(std::slice::from_ref(&old[1]));
+    r.expect("batch");
+    assert_eq!((out.changed, out.unchanged), (0, 1));
+    let many: Vec<Tag> = (0..20_000)
+        .map(|i| Tag::new(format!("bulk{i}"), "bulk", "b"))
+        .chain([old[0].clone(), old[2].clone()])
+        .collect();
+    let (out, r) = store.insert_batch(&many);
+    r.expect("bulk batch");
+    assert_eq!((out.changed, out.unchanged), (20_000, 2));
+    model.extend(many);
+    assert_eq!(store.len(), model.len() as u64);
+    let (_, r) = store.delete_batch(
+        &model
+            .iter()
+            .filter(|t| t.relationship == "bulk")
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    r.expect("delete bulk");
+    model.retain(|t| t.relationship != "bulk");
     let new = Tag::new(m("new"), "isa", "plain");
     assert!(store.insert(&new).expect("insert"));
     model.insert(new.clone());
@@ -465,4 +489,38 @@ fn strings_starting_with_uffff_from_a_format_2_store_are_found_and_rewritten() {
     let strings = std::fs::read(strings_of(&path)).expect("strings");
     let holds = |s: &str| strings.windows(s.len()).any(|w| w == s.as_bytes());
     assert!(holds(&m("marked")) && holds(&m("subject")) && holds(&m("new")));
+}
+
+/// A format-1 store has no room for the strings flag: a long tag is
+/// refused by name (maintain upgrades the store) and nothing changes.
+#[test]
+fn a_format_1_store_refuses_long_tags_and_stays_readable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("v1.tags");
+    let store = Store::create_format1(&path, &CreateOptions::default()).expect("create");
+    store
+        .insert(&Tag::new("short", "isa", "tag"))
+        .expect("insert");
+    let long = Tag::new("o".repeat(200), "isa", "tag");
+    assert!(matches!(
+        store.insert(&long),
+        Err(Error::InvalidArgument(_))
+    ));
+    let many: Vec<Tag> = (0..20_000)
+        .map(|i| Tag::new(format!("{i}{}", "p".repeat(200)), "isa", "tag"))
+        .collect();
+    let (_, r) = store.insert_batch(&many);
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    assert_eq!(store.len(), 1);
+    store.close().expect("close");
+    assert_eq!(version_of(&path), 1);
+    let store = Store::open(&path).expect("reopen");
+    assert_eq!(store.len(), 1);
+    assert!(store.check().expect("check").ok());
+    store.close().expect("close");
+    Store::maintain(&path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
+    let store = Store::open(&path).expect("open");
+    assert!(store.insert(&long).expect("insert after maintain"));
+    store.close().expect("close");
+    assert_eq!(version_of(&path), 3);
 }

@@ -54,6 +54,12 @@ impl Store {
                  a salvage reads what of it is sound, if anything"
             ));
         }
+        if let Some(at) = self.read().strings().damaged() {
+            r.fault(format!(
+                "{}: a record at byte {at} fails its checksum; its string is lost, the others are read",
+                crate::strings::strings_path(self.path()).display()
+            ));
+        }
         let held = self.read().strings().len();
         if held > 0 {
             r.notes.push(format!(

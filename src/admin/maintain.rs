@@ -250,7 +250,7 @@ impl Store {
         } else {
             Ok(())
         };
-        if let Err(e) = moved {
+        if let Err(e) = moved.and_then(|()| sync_dir(path)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e);
         }

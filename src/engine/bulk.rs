@@ -11,6 +11,7 @@
 //! A batch interrupted by a crash leaves a subset of its tags, each whole.
 
 use super::long::missing;
+use super::ops::legacy_slot;
 use super::state::State;
 use crate::counts::Pending;
 use crate::error::{Error, Result};
@@ -110,6 +111,13 @@ impl State {
                 Err(e) => return Err(e),
             };
             if insert {
+                if self.holds_legacy(legacy_slot(whole).as_ref(), Half::Object)? {
+                    // Stored as a build before format 3 stored it.
+                    continue;
+                }
+                if !std::ptr::eq(whole, &*stored) {
+                    self.can_hold_strings()?;
+                }
                 for s in referenced(whole, &stored) {
                     // Mapped mode: made durable by the store's next flush.
                     self.strings.intern(s, false)?;

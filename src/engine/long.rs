@@ -6,7 +6,7 @@ use super::state::State;
 use crate::error::{Error, Result};
 use crate::format::long::{forms, is_ref, referenced, REF_LEN};
 use crate::format::tag::SlotView;
-use crate::format::{Tag, FLAG_STRINGS};
+use crate::format::{Half, SlotBytes, Tag, FLAG_STRINGS};
 use crate::pager::Durability;
 
 /// A stored reference whose string the strings file does not hold.
@@ -28,12 +28,34 @@ impl State {
         stored: &Tag,
         call: Option<Durability>,
     ) -> Result<()> {
+        self.can_hold_strings()?;
         let durable =
             self.pager.durability() != Durability::None || call == Some(Durability::Immediate);
         for s in referenced(tag, stored) {
             self.strings.intern(s, durable)?;
         }
         self.mark_strings()
+    }
+
+    /// Refuses a tag longer than a slot in a format-1 store (its
+    /// superblock has no room for the strings flag): `maintain` upgrades it.
+    pub(super) fn can_hold_strings(&self) -> Result<()> {
+        if self.sb.layout.version == 1 {
+            return Err(Error::InvalidArgument(
+                "a format-1 store holds tags of at most 156 bytes of strings; `tagstore maintain` upgrades it to a format that takes longer ones".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// True when the tag a stored `slot` would be is already stored as a
+    /// build before format 3 stored it (`legacy`, a string starting with
+    /// U+FFFF kept as it is), in `half`.
+    pub(super) fn holds_legacy(&self, legacy: Option<&SlotBytes>, half: Half) -> Result<bool> {
+        match legacy {
+            Some(slot) => self.contains(slot, half),
+            None => Ok(false),
+        }
     }
 
     /// Sets the superblock's strings flag (format 3) once the store holds

@@ -33,6 +33,9 @@ impl Store {
         let stored = shrink(tag)?;
         let slot = encode(&stored)?;
         let mut st = self.write()?;
+        if st.holds_legacy(legacy_slot(tag).as_ref(), Half::Object)? {
+            return Ok(false);
+        }
         hold(&mut st, tag, &stored, durability)?;
         let (changed, counted) = st.insert_whole(&slot, true)?;
         self.finish_one(st, tag, counted.then_some(1), durability)?;
@@ -84,6 +87,9 @@ impl Store {
         let stored = shrink(tag)?;
         let slot = encode(&stored)?;
         let mut st = self.half_only_write("insert_half")?;
+        if st.holds_legacy(legacy_slot(tag).as_ref(), half)? {
+            return Ok(false);
+        }
         hold(&mut st, tag, &stored, None)?;
         let changed = st.insert_half_slot(&slot, half)?;
         let counted = (changed && half == Half::Subject).then_some(1);
@@ -126,7 +132,10 @@ impl Store {
 
     /// Changes the durability mode; pending changes are made durable first.
     pub fn set_durability(&self, durability: Durability) -> Result<()> {
-        self.write()?.pager.set_durability(durability)
+        let mut st = self.write()?;
+        // Strings before the slots that name them.
+        st.strings.sync()?;
+        st.pager.set_durability(durability)
     }
 
     /// True if the tag is stored (in a half-only store: in either half).
@@ -234,12 +243,13 @@ impl Store {
             };
             for t in it.by_ref().take(CHUNK) {
                 let r = if insert {
-                    shrink(t)
-                        .and_then(|stored| {
-                            hold(&mut st, t, &stored, None)?;
-                            encode(&stored)
-                        })
-                        .and_then(|slot| st.insert_whole(&slot, true))
+                    shrink(t).and_then(|stored| {
+                        if st.holds_legacy(legacy_slot(t).as_ref(), Half::Object)? {
+                            return Ok((false, false));
+                        }
+                        hold(&mut st, t, &stored, None)?;
+                        st.insert_whole(&encode(&stored)?, true)
+                    })
                 } else {
                     lookup_slots(t).and_then(|slots| delete_first(&mut st, &slots))
                 };
@@ -421,20 +431,28 @@ fn hold(st: &mut State, tag: &Tag, stored: &Tag, call: Option<Durability>) -> Re
 }
 
 /// The slots a stored `tag` may have, for DELETE and `contains`: as
-/// stored by this build (none for a tag no store can hold), and, for a tag
-/// with a string starting with U+FFFF that fits a slot, as a build before
-/// format 3 stored it (the string as it is).
+/// stored by this build (none for a tag no store can hold), and its
+/// [`legacy_slot`].
 fn lookup_slots(tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
-    let now = match shrink(tag).and_then(|s| encode(&s)) {
-        Ok(s) => s,
-        Err(Error::TagTooLarge { .. }) => return Ok([None, None]),
-        Err(e) => return Err(e),
-    };
+    match shrink(tag).and_then(|s| encode(&s)) {
+        Ok(s) => Ok([Some(s), legacy_slot(tag)]),
+        Err(Error::TagTooLarge { .. }) => Ok([None, None]),
+        Err(e) => Err(e),
+    }
+}
+
+/// The slot a build before format 3 gave `tag`, where it differs from
+/// today's: a tag with a string starting with U+FFFF that fits a slot as
+/// it is (such a string is now stored by reference).
+pub(super) fn legacy_slot(tag: &Tag) -> Option<SlotBytes> {
     let marked = [&tag.object, &tag.relationship, &tag.subject]
         .iter()
         .any(|p| p.starts_with(REF_PREFIX));
-    let before = if marked { encode(tag).ok() } else { None };
-    Ok([Some(now), before])
+    if marked {
+        encode(tag).ok()
+    } else {
+        None
+    }
 }
 
 /// Deletes the first of `slots` that is stored (both halves).

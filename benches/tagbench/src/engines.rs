@@ -162,13 +162,23 @@ pub fn open(name: &str, dir: &Path, opts: &CreateOptions) -> Result<Box<dyn Engi
     })
 }
 
-/// Index key of the peers: `len(rel) rel len(key) key other`; returns the
-/// length of the prefix that FIND ranges over.
+/// Index key of the peers: `len(rel) rel len(key) key other`, each length
+/// one byte below 128 and two above (so a short key is as before, and a
+/// long one is not cut); returns the length of the prefix that FIND
+/// ranges over.
 fn index_key(buf: &mut Vec<u8>, rel: &str, key: &str, other: &str) -> usize {
+    fn len(buf: &mut Vec<u8>, n: usize) {
+        if n < 128 {
+            buf.push(n as u8);
+        } else {
+            buf.push(0x80 | (n >> 8) as u8);
+            buf.push(n as u8);
+        }
+    }
     buf.clear();
-    buf.push(rel.len() as u8);
+    len(buf, rel.len());
     buf.extend_from_slice(rel.as_bytes());
-    buf.push(key.len() as u8);
+    len(buf, key.len());
     buf.extend_from_slice(key.as_bytes());
     let prefix = buf.len();
     buf.extend_from_slice(other.as_bytes());

@@ -384,12 +384,12 @@ pub fn dataset(args: &Args) -> Result<(Dataset, Option<tsvdata::LoadReport>, f64
             eprintln!("loading {}", path.display());
             let (ds, rep) = tsvdata::load(&path, args.seed, args.tags)?;
             println!(
-                "data file: {} ({} lines; {} tags longer than the {}-byte slot skipped, {} repeats \
+                "data file: {} ({} lines; {} tags of more than {} bytes skipped (LMDB's keys), {} repeats \
                  dropped, {} cut by --tags; {} kept)",
                 path.display(),
                 num(rep.lines as f64),
                 num(rep.too_long as f64),
-                tagstore::SLOT_SIZE,
+                tsvdata::MAX_TEXT,
                 num(rep.duplicates as f64),
                 num(rep.cut as f64),
                 num(rep.kept as f64)

@@ -10,7 +10,13 @@ use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
-use tagstore::{Tag, SLOT_SIZE};
+use tagstore::Tag;
+
+/// Most bytes of strings a tag of a data file may have: a peer's index key
+/// (two lengths of up to 2 bytes and the three strings) must fit LMDB's
+/// 511-byte keys. (Tags longer than tagstore's 156-byte slot are kept:
+/// tagstore stores them by reference since format 3.)
+pub const MAX_TEXT: usize = 500;
 
 /// Where fetch-npm.sh caches its download and outputs:
 /// `$TAGBENCH_CACHE`, else `$HOME/.cache/tagbench`.
@@ -61,7 +67,8 @@ pub fn resolve(spec: &str) -> Result<Option<PathBuf>> {
 pub struct LoadReport {
     /// Non-empty lines read.
     pub lines: usize,
-    /// Tags longer than a slot (more than `SLOT_SIZE` bytes encoded), skipped.
+    /// Tags longer than the peers take (more than [`MAX_TEXT`] bytes of
+    /// strings: LMDB's 511-byte keys), skipped.
     pub too_long: usize,
     /// Repeated tags, dropped.
     pub duplicates: usize,
@@ -71,7 +78,7 @@ pub struct LoadReport {
     pub kept: usize,
 }
 
-/// Loads `path`, drops tags that do not fit a slot and repeats, shuffles
+/// Loads `path`, drops tags longer than [`MAX_TEXT`] and repeats, shuffles
 /// the rest with `seed`, keeps the first `limit` (all when `None`) and
 /// builds the data set.
 pub fn load(path: &Path, seed: u64, limit: Option<usize>) -> Result<(Dataset, LoadReport)> {
@@ -89,7 +96,7 @@ pub fn load(path: &Path, seed: u64, limit: Option<usize>) -> Result<(Dataset, Lo
         rep.lines += 1;
         let t = tagstore::tsv::parse_line(&line)
             .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), i + 1))?;
-        if t.encoded_len() > SLOT_SIZE {
+        if t.encoded_len() - 4 > MAX_TEXT {
             rep.too_long += 1;
             continue;
         }
@@ -100,7 +107,7 @@ pub fn load(path: &Path, seed: u64, limit: Option<usize>) -> Result<(Dataset, Lo
     tags.dedup();
     rep.duplicates = before - tags.len();
     if tags.is_empty() {
-        bail!("{}: no tags that fit a slot", path.display());
+        bail!("{}: no tags short enough for the peers", path.display());
     }
     // Fisher-Yates with the benchmark's seeded generator.
     let mut rng = Rng::new(seed);
@@ -173,7 +180,7 @@ mod tests {
     fn loads_skips_and_shuffles() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = dir.path().join("t.tsv");
-        let long = "x".repeat(SLOT_SIZE);
+        let long = "x".repeat(MAX_TEXT);
         let mut text = String::new();
         for i in 0..50 {
             text.push_str(&format!("pkg{i}\towned_by\towner{}\n", i % 7));
