@@ -63,21 +63,12 @@ impl Search {
     /// The search for a key; the caller holds a [`Reading`] so that no
     /// split moves the key's tags until it is done.
     fn new(st: &State, half: Half, relationship: &str, name: &str) -> Self {
-        match st.key_forms(relationship, name) {
-            None => Self::at(st, half, relationship, name, Vec::new()),
-            Some(mut forms) => {
-                let Some((r, n)) = forms.pop() else {
-                    return Search {
-                        key: KeyMatch::never(half),
-                        fp: 0,
-                        walk: ChainWalk::new(0, 0, None),
-                        half,
-                        rest: forms,
-                    };
-                };
-                Self::at(st, half, &r, &n, forms)
-            }
-        }
+        // The key as it is first: its bucket is asked for before the
+        // strings are looked up for other forms (a long key's lookup then
+        // overlaps that miss).
+        let mut s = Self::at(st, half, relationship, name, Vec::new());
+        s.rest = st.other_key_forms(relationship, name);
+        s
     }
 
     /// The search for one stored form of the key.

@@ -92,17 +92,13 @@ impl State {
     }
 
     /// The stored forms of the key (`relationship`, `name`) that tags may
-    /// hold, when a long string makes more than the key itself possible:
-    /// `None` for a key stored only as it is (the common case; no
-    /// allocation, and no hashing while the store holds no long string).
-    pub(super) fn key_forms(
-        &self,
-        relationship: &str,
-        name: &str,
-    ) -> Option<Vec<(String, String)>> {
+    /// hold besides the key as it is, when long strings make them
+    /// possible: empty in the common case (no allocation, and no hashing
+    /// while the store holds no long string).
+    pub(super) fn other_key_forms(&self, relationship: &str, name: &str) -> Vec<(String, String)> {
         if self.strings.is_empty() {
             // No tag holds a reference (the key is not even read).
-            return None;
+            return Vec::new();
         }
         let (ri, rr) = forms(relationship);
         let (ni, nr) = forms(name);
@@ -111,15 +107,23 @@ impl State {
                 .map(|r| String::from_utf8_lossy(&r).into_owned())
         };
         let (rr, nr) = (held(rr), held(nr));
-        if rr.is_none() && nr.is_none() && ri.is_some() && ni.is_some() {
-            return None;
+        if rr.is_none() && nr.is_none() {
+            return Vec::new();
         }
-        let rels: Vec<String> = ri.map(str::to_owned).into_iter().chain(rr).collect();
-        let names: Vec<String> = ni.map(str::to_owned).into_iter().chain(nr).collect();
-        Some(
-            rels.iter()
-                .flat_map(|r| names.iter().map(move |n| (r.clone(), n.clone())))
-                .collect(),
-        )
+        let rels: Vec<(String, bool)> = ri
+            .map(|r| (r.to_owned(), true))
+            .into_iter()
+            .chain(rr.map(|r| (r, false)))
+            .collect();
+        let names: Vec<(String, bool)> = ni
+            .map(|n| (n.to_owned(), true))
+            .into_iter()
+            .chain(nr.map(|n| (n, false)))
+            .collect();
+        rels.iter()
+            .flat_map(|r| names.iter().map(move |n| (r, n)))
+            .filter(|((_, ri), (_, ni))| !(*ri && *ni))
+            .map(|((r, _), (n, _))| (r.clone(), n.clone()))
+            .collect()
     }
 }
