@@ -27,7 +27,6 @@ mod common;
 use common::crash::{hub_tags, whole};
 use common::store::{assert_check_ok, serial};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -296,15 +295,7 @@ fn name(s: &Step) -> &'static str {
 #[test]
 fn bulk_batches_agree_with_a_model_across_crashes() {
     let _one = serial();
-    let cases = std::env::var("TAGSTORE_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = common::prop::runner(48);
     let strategy = (
         1u32..=4,
         1u32..=3,

@@ -113,7 +113,16 @@ fn build_image_with(
     path: &Path,
     create: fn(&Path, &CreateOptions) -> tagstore::Result<Store>,
 ) -> Vec<Tag> {
-    let (inserts, deletes) = recipe();
+    build_from(path, create, recipe())
+}
+
+/// The store `inserts` then `deletes` leave at `path`, made by `create`
+/// with the recipe's options and closed; returns its content, sorted.
+fn build_from(
+    path: &Path,
+    create: fn(&Path, &CreateOptions) -> tagstore::Result<Store>,
+    (inserts, deletes): (Vec<Tag>, Vec<Tag>),
+) -> Vec<Tag> {
     let s = create(path, &recipe_options()).expect("create");
     for t in &inserts {
         assert!(s.insert(t).expect("insert"), "{t:?} twice");
@@ -598,15 +607,8 @@ fn long_expected() -> Vec<Tag> {
 fn regenerate_format_v3_fixture() {
     let img = fixture("format-v3.tags");
     let _ = std::fs::remove_file(&img);
-    let (inserts, deletes) = long_recipe();
-    let s = Store::create(&img, &recipe_options()).expect("create");
-    for t in &inserts {
-        assert!(s.insert(t).expect("insert"), "{t:?} twice");
-    }
-    for t in &deletes {
-        assert!(s.delete(t).expect("delete"), "{t:?} absent");
-    }
-    s.close().expect("close");
+    let content = build_from(&img, |p, o| Store::create(p, o), long_recipe());
+    assert_eq!(content, long_expected());
     let _ = std::fs::remove_file(fixture("format-v3.tags.counts"));
     let len = std::fs::metadata(&img).expect("stat").len();
     assert!(len < 1 << 20, "fixture too large: {len} bytes");

@@ -7,8 +7,9 @@
 //! the bulk path, `maintain`, the format number, a lost strings file and
 //! the limit on one string.
 
+mod common;
+
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
 use std::collections::BTreeSet;
 use std::path::Path;
 use tagstore::{CreateOptions, Error, MaintainOptions, OpenOptions, Store, Tag, MAX_STRING_BYTES};
@@ -208,15 +209,7 @@ fn run(ops: Vec<Op>, seed: u64) {
 
 #[test]
 fn long_tags_against_a_model() {
-    let cases = std::env::var("TAGSTORE_PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(48);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = common::prop::runner(48);
     runner
         .run(
             &(proptest::collection::vec(op(), 1..60), any::<u64>()),

@@ -6,4 +6,5 @@ pub mod cli;
 pub mod cluster;
 pub mod crash;
 pub mod edge;
+pub mod prop;
 pub mod store;
