@@ -3,7 +3,8 @@
 //! Against a `BTreeSet<Tag>` model, with strings around every boundary of
 //! the rule (48 and 156 bytes, U+FFFF at the start, multi-byte UTF-8):
 //! INSERT, DELETE, batches, both FINDs (iterator and visitor), `contains`,
-//! counts, export, reopens (clean, unclean, read-only) and `check`; then
+//! counts, export, reopens (clean, unclean, read-only), injected crashes
+//! (writes failing mid-call, then an unclean reopen) and `check`; then
 //! the bulk path, `maintain`, the format number, a lost strings file and
 //! the limit on one string.
 
@@ -51,8 +52,17 @@ enum Op {
     Delete(Tag),
     InsertBatch(Vec<Tag>),
     DeleteBatch(Vec<Tag>),
-    Reopen { clean: bool },
+    Reopen {
+        clean: bool,
+    },
     ReadOnly,
+    /// The store's writes fail after `n` more (a crash mid-call), then an
+    /// unclean reopen: the tag is whole in both halves or absent.
+    Crash {
+        insert: bool,
+        tag: Tag,
+        n: u64,
+    },
 }
 
 fn tag() -> impl Strategy<Value = Tag> {
@@ -73,6 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => proptest::collection::vec(tag(), 1..20).prop_map(Op::DeleteBatch),
         2 => any::<bool>().prop_map(|clean| Op::Reopen { clean }),
         1 => Just(Op::ReadOnly),
+        4 => (any::<bool>(), tag(), 0u64..6).prop_map(|(insert, tag, n)| Op::Crash { insert, tag, n }),
     ]
 }
 
@@ -190,6 +201,42 @@ fn run(ops: Vec<Op>, seed: u64) {
                     s.abandon();
                 }
                 store = Some(Store::open(&path).expect("reopen"));
+            }
+            Op::Crash { insert, tag, n } => {
+                s.fail_after_writes(Some(n));
+                let r = if insert {
+                    s.insert(&tag)
+                } else {
+                    s.delete(&tag)
+                };
+                let in_flight = match r {
+                    Ok(changed) => {
+                        let was = model.contains(&tag);
+                        assert_eq!(changed, was != insert, "{tag:.60?}");
+                        if insert {
+                            model.insert(tag.clone());
+                        } else {
+                            model.remove(&tag);
+                        }
+                        false
+                    }
+                    Err(e) => {
+                        assert!(matches!(e, Error::Io { .. }), "{e:?}");
+                        true
+                    }
+                };
+                store.take().expect("open").abandon();
+                let s = Store::open(&path).expect("reopen after a crash");
+                if in_flight {
+                    // Either outcome, but whole: `agree` checks both FINDs.
+                    if s.contains(&tag).expect("contains") {
+                        model.insert(tag.clone());
+                    } else {
+                        model.remove(&tag);
+                    }
+                }
+                agree(&s, &model);
+                store = Some(s);
             }
             Op::ReadOnly => {
                 store.take().expect("open").close().expect("close");
