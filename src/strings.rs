@@ -10,7 +10,7 @@
 //! the file with the strings its tags use.
 
 use crate::error::{Error, Result};
-use crate::format::long::{ref_bytes, REF_LEN};
+use crate::format::long::{is_ref, ref_bytes, REF_LEN};
 use crate::side::side_path;
 use foldhash::{HashMap, HashMapExt};
 use std::fs::{File, OpenOptions};
@@ -178,6 +178,22 @@ impl Strings {
     #[inline]
     pub fn get(&self, r: &[u8]) -> Option<&str> {
         key(r).and_then(|k| self.map.get(&k)).map(|s| &**s)
+    }
+
+    /// The whole string that stored bytes stand for: `None` when they are
+    /// no reference (the string is the bytes themselves), an error when
+    /// they name a string this file does not hold.
+    #[inline]
+    pub fn whole(&self, b: &[u8]) -> Result<Option<&str>> {
+        if !is_ref(b) {
+            return Ok(None);
+        }
+        self.get(b).map(Some).ok_or_else(|| {
+            Error::corrupt(format!(
+                "a tag names long string {} that the strings file does not hold",
+                String::from_utf8_lossy(b)
+            ))
+        })
     }
 
     /// Makes sure `s` is held, appending it to the file when it is new

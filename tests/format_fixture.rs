@@ -165,8 +165,16 @@ fn regenerate_format_v2_fixture() {
     let _ = std::fs::remove_file(&img);
     let content = build_image_with(&img, |p, o| Store::create(p, o));
     assert_eq!(content, expected(), "same recipe, same content as format 1");
-    let _ = std::fs::remove_file(fixture("format-v2.tags.counts"));
-    let len = std::fs::metadata(&img).expect("stat").len();
+    fixture_written(&img);
+}
+
+/// Drops a regenerated image's counts file (not part of the fixture) and
+/// checks the image stays small.
+fn fixture_written(img: &Path) {
+    let mut counts = img.as_os_str().to_owned();
+    counts.push(".counts");
+    let _ = std::fs::remove_file(PathBuf::from(counts));
+    let len = std::fs::metadata(img).expect("stat").len();
     assert!(len < 1 << 20, "fixture too large: {len} bytes");
 }
 
@@ -193,15 +201,19 @@ fn format_v2_fixture_opens_and_answers() {
         orig,
         "read-only open wrote"
     );
-    let s = Store::open(&p).expect("open writable");
-    let extra = Tag::new("v2-extra", "isa", "new");
+    takes_one_more(&p, want, Tag::new("v2-extra", "isa", "new"));
+}
+
+/// A writable open of the store at `p` (holding `want`) inserts `extra`,
+/// closes, and a reopen holds `want` and `extra`.
+fn takes_one_more(p: &Path, mut want: Vec<Tag>, extra: Tag) {
+    let s = Store::open(p).expect("open writable");
     assert!(s.insert(&extra).expect("insert"));
     s.close().expect("close");
-    let s = Store::open_read_only(&p).expect("reopen");
-    let mut all = want.clone();
-    all.push(extra);
-    all.sort();
-    assert_eq!(sorted_tags(&s), all);
+    let s = Store::open_read_only(p).expect("reopen");
+    want.push(extra);
+    want.sort();
+    assert_eq!(sorted_tags(&s), want);
 }
 
 /// `maintain` upgrades a format-1 store to format 2 with the same tags, and
@@ -609,9 +621,7 @@ fn regenerate_format_v3_fixture() {
     let _ = std::fs::remove_file(&img);
     let content = build_from(&img, |p, o| Store::create(p, o), long_recipe());
     assert_eq!(content, long_expected());
-    let _ = std::fs::remove_file(fixture("format-v3.tags.counts"));
-    let len = std::fs::metadata(&img).expect("stat").len();
-    assert!(len < 1 << 20, "fixture too large: {len} bytes");
+    fixture_written(&img);
 }
 
 /// The checked-in format-3 image (the first build that wrote format 3:
@@ -658,13 +668,5 @@ fn format_v3_fixture_opens_and_answers() {
         strings,
         "read-only open wrote"
     );
-    let s = Store::open(&p).expect("open writable");
-    let extra = Tag::new("v3-extra", "isa", "n".repeat(300));
-    assert!(s.insert(&extra).expect("insert"));
-    s.close().expect("close");
-    let s = Store::open_read_only(&p).expect("reopen");
-    let mut all = want.clone();
-    all.push(extra);
-    all.sort();
-    assert_eq!(sorted_tags(&s), all);
+    takes_one_more(&p, want, Tag::new("v3-extra", "isa", "n".repeat(300)));
 }

@@ -3,7 +3,6 @@
 use crate::engine::Store;
 use crate::error::Result;
 use crate::format::hash::tag_fp_of;
-use crate::format::long::is_ref;
 use crate::format::tag::{decode, used_prefix};
 use crate::format::{place, BlockAt, BlockRef, Intent, INTENT_BLOCK, KIND_PRIMARY, KIND_SECONDARY};
 use crate::index::Tables;
@@ -192,7 +191,7 @@ impl Store {
                     continue;
                 };
                 for f in [v.object, v.relationship, v.subject] {
-                    if is_ref(f.as_bytes()) && st.strings().get(f.as_bytes()).is_none() {
+                    if st.strings().whole(f.as_bytes()).is_err() {
                         r.fault(format!(
                             "block {b}, slot {i}: names long string {f:?}, which the strings file does not hold"
                         ));

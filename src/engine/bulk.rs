@@ -10,13 +10,12 @@
 //! halves agree again by writing every missing half ([`State::redo_bulk`]).
 //! A batch interrupted by a crash leaves a subset of its tags, each whole.
 
-use super::long::missing;
 use super::ops::legacy_slot;
 use super::state::State;
 use crate::counts::Pending;
 use crate::error::{Error, Result};
 use crate::format::hash::{fp_of_tag_hash, tag_hash};
-use crate::format::long::{is_ref, referenced, shrink};
+use crate::format::long::shrink;
 use crate::format::tag::{decode, encode, subject_key, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
 use crate::index::Found;
@@ -115,13 +114,8 @@ impl State {
                     // Stored as a build before format 3 stored it.
                     continue;
                 }
-                if !std::ptr::eq(whole, &*stored) {
-                    self.can_hold_strings()?;
-                }
-                for s in referenced(whole, &stored) {
-                    // Mapped mode: made durable by the store's next flush.
-                    self.strings.intern(s, false)?;
-                }
+                // Mapped mode: made durable by the store's next flush.
+                self.hold_strings(whole, &stored, None)?;
             }
             let tag = &*stored;
             let slot = encode(tag)?;
@@ -138,7 +132,6 @@ impl State {
                 changed: false,
             });
         }
-        self.mark_strings()?;
         Ok(BulkPlan {
             slots,
             tags,
@@ -442,10 +435,11 @@ fn key_strs<'a>(used: &'a [u8], strings: &'a Strings) -> Result<(&'a str, &'a st
     let (rel_len, bytes) = subject_key(used);
     let (rel, sub) = bytes.split_at(usize::from(rel_len).min(bytes.len()));
     let whole = |b: &'a [u8]| -> Result<&'a str> {
-        if is_ref(b) {
-            return strings.get(b).ok_or_else(|| missing(b));
+        match strings.whole(b)? {
+            Some(s) => Ok(s),
+            None => std::str::from_utf8(b)
+                .map_err(|_| Error::corrupt("a bulk batch's key is not UTF-8")),
         }
-        std::str::from_utf8(b).map_err(|_| Error::corrupt("a bulk batch's key is not UTF-8"))
     };
     Ok((whole(rel)?, whole(sub)?))
 }

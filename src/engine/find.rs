@@ -6,11 +6,9 @@
 //! inserted or deleted meanwhile may or may not appear.
 
 use super::keymatch::KeyMatch;
-use super::long::missing;
 use super::state::State;
 use super::{Reading, Store};
 use crate::error::{Error, Result};
-use crate::format::long::is_ref;
 use crate::format::tag::decode;
 use crate::format::{place, prefetch, BlockRef, Half, SlotBytes, Tag};
 use crate::index::ChainWalk;
@@ -173,9 +171,7 @@ impl Search {
                     m &= m - 1;
                     let slot = blk.slot(i);
                     if let Some(field) = self.key.other(slot) {
-                        if is_ref(&slot[field.clone()]) {
-                            let r = &slot[field];
-                            let whole = st.strings.get(r).ok_or_else(|| missing(r))?;
+                        if let Some(whole) = st.strings.whole(&slot[field.clone()])? {
                             text.extend_from_slice(whole.as_bytes());
                         } else {
                             copy_field(text, slot, field);

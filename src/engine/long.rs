@@ -4,22 +4,14 @@
 
 use super::state::State;
 use crate::error::{Error, Result};
-use crate::format::long::{forms, is_ref, referenced, REF_LEN};
+use crate::format::long::{forms, referenced, REF_LEN};
 use crate::format::tag::SlotView;
 use crate::format::{Half, SlotBytes, Tag, FLAG_STRINGS};
 use crate::pager::Durability;
 
-/// A stored reference whose string the strings file does not hold.
-pub(super) fn missing(r: &[u8]) -> Error {
-    Error::corrupt(format!(
-        "a tag names long string {} that the strings file does not hold",
-        String::from_utf8_lossy(r)
-    ))
-}
-
 impl State {
     /// Keeps the long strings of `tag` (stored as `stored`, its shrunk
-    /// form) in the strings file before a slot names them: durably in the
+    /// form; nothing when `shrink` lent the tag itself back) in the strings file before a slot names them: durably in the
     /// journaled modes or when the call asks for it; in mode `none` at the
     /// next sync or close, before the store's own flush.
     pub(super) fn hold_strings(
@@ -28,6 +20,10 @@ impl State {
         stored: &Tag,
         call: Option<Durability>,
     ) -> Result<()> {
+        if std::ptr::eq(tag, stored) {
+            // A tag that fits a slot (`shrink` lent it back): nothing to keep.
+            return Ok(());
+        }
         self.can_hold_strings()?;
         let durable =
             self.pager.durability() != Durability::None || call == Some(Durability::Immediate);
@@ -39,7 +35,7 @@ impl State {
 
     /// Refuses a tag longer than a slot in a format-1 store (its
     /// superblock has no room for the strings flag): `maintain` upgrades it.
-    pub(super) fn can_hold_strings(&self) -> Result<()> {
+    fn can_hold_strings(&self) -> Result<()> {
         if self.sb.layout.version == 1 {
             return Err(Error::InvalidArgument(
                 "a format-1 store holds tags of at most 156 bytes of strings; `tagstore maintain` upgrades it to a format that takes longer ones".into(),
@@ -74,12 +70,7 @@ impl State {
     /// A stored string as the user wrote it.
     #[inline]
     pub(super) fn expand<'a>(&'a self, s: &'a str) -> Result<&'a str> {
-        if !is_ref(s.as_bytes()) {
-            return Ok(s);
-        }
-        self.strings
-            .get(s.as_bytes())
-            .ok_or_else(|| missing(s.as_bytes()))
+        Ok(self.strings.whole(s.as_bytes())?.unwrap_or(s))
     }
 
     /// A stored slot's tag as the user wrote it.

@@ -36,7 +36,7 @@ impl Store {
         if st.holds_legacy(legacy_slot(tag).as_ref(), Half::Object)? {
             return Ok(false);
         }
-        hold(&mut st, tag, &stored, durability)?;
+        st.hold_strings(tag, &stored, durability)?;
         let (changed, counted) = st.insert_whole(&slot, true)?;
         self.finish_one(st, tag, counted.then_some(1), durability)?;
         Ok(changed)
@@ -90,7 +90,7 @@ impl Store {
         if st.holds_legacy(legacy_slot(tag).as_ref(), half)? {
             return Ok(false);
         }
-        hold(&mut st, tag, &stored, None)?;
+        st.hold_strings(tag, &stored, None)?;
         let changed = st.insert_half_slot(&slot, half)?;
         let counted = (changed && half == Half::Subject).then_some(1);
         self.finish_one(st, tag, counted, None)?;
@@ -247,7 +247,7 @@ impl Store {
                         if st.holds_legacy(legacy_slot(t).as_ref(), Half::Object)? {
                             return Ok((false, false));
                         }
-                        hold(&mut st, t, &stored, None)?;
+                        st.hold_strings(t, &stored, None)?;
                         st.insert_whole(&encode(&stored)?, true)
                     })
                 } else {
@@ -376,7 +376,7 @@ impl Store {
         }
         for t in tags {
             let stored = shrink(t)?;
-            hold(&mut st, t, &stored, None)?;
+            st.hold_strings(t, &stored, None)?;
             let slot = encode(&stored)?;
             match half {
                 Some(h) => st.insert_half_slot(&slot, h)?,
@@ -419,15 +419,6 @@ impl Store {
         }
         Ok(())
     }
-}
-
-/// Keeps the long strings of `tag` before its slot `stored` is written
-/// (nothing for a tag that fits a slot).
-fn hold(st: &mut State, tag: &Tag, stored: &Tag, call: Option<Durability>) -> Result<()> {
-    if std::ptr::eq(tag, stored) {
-        return Ok(());
-    }
-    st.hold_strings(tag, stored, call)
 }
 
 /// The slots a stored `tag` may have, for DELETE and `contains`: as
