@@ -87,14 +87,19 @@ impl State {
     /// possible: empty in the common case (no allocation, and no hashing
     /// while the store holds no long string).
     pub(super) fn other_key_forms(&self, relationship: &str, name: &str) -> Vec<(String, String)> {
-        if self.strings.is_empty() {
+        // The strings file lost or damaged while the store says it held
+        // some: any reference may be stored, so every form is searched
+        // (the key's tags are found; a result naming a lost string fails).
+        let unsure = self.strings.damaged().is_some()
+            || (self.strings.is_empty() && self.sb.flags & FLAG_STRINGS != 0);
+        if self.strings.is_empty() && !unsure {
             // No tag holds a reference (the key is not even read).
             return Vec::new();
         }
         let (ri, rr) = forms(relationship);
         let (ni, nr) = forms(name);
         let held = |r: Option<[u8; REF_LEN]>| {
-            r.filter(|r| self.strings.get(r).is_some())
+            r.filter(|r| unsure || self.strings.get(r).is_some())
                 .map(|r| String::from_utf8_lossy(&r).into_owned())
         };
         let (rr, nr) = (held(rr), held(nr));
