@@ -197,14 +197,15 @@ impl Strings {
     }
 
     /// Makes sure `s` is held, appending it to the file when it is new
-    /// (durably when `durable`). Refuses a string whose reference is
+    /// (durable at the next [`Strings::sync`]: the engine calls it before
+    /// any commit that could make a slot naming it durable). Refuses a string whose reference is
     /// another's (a hash collision, never seen): it cannot be stored.
-    pub fn intern(&mut self, s: &str, durable: bool) -> Result<()> {
+    pub fn intern(&mut self, s: &str) -> Result<()> {
         let k = ref_bytes(s);
         if let Some(old) = self.map.get(&k) {
             if &**old == s {
-                // Held, but maybe not yet durable (appended in mode none).
-                return if durable { self.sync() } else { Ok(()) };
+                // Held (durable at the next `sync` if it is not yet).
+                return Ok(());
             }
             return Err(Error::InvalidArgument(format!(
                 "a string of {} bytes has the same 126-bit reference as another the store holds; it cannot be stored",
@@ -244,21 +245,18 @@ impl Strings {
         self.len += rec.len() as u64;
         self.dirty = true;
         self.map.insert(k, s.into());
-        if durable {
-            self.sync()?;
-        }
         Ok(())
     }
 
-    /// Makes every appended string durable.
-    pub fn sync(&mut self) -> Result<()> {
+    /// Makes every appended string durable; true if it had to fsync.
+    pub fn sync(&mut self) -> Result<bool> {
         if !self.dirty {
-            return Ok(());
+            return Ok(false);
         }
         let f = self.file_ref().map_err(|e| self.io("syncing", e))?;
         f.sync_data().map_err(|e| self.io("syncing", e))?;
         self.dirty = false;
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -303,9 +301,9 @@ mod tests {
         let store = dir.path().join("s.tags");
         let mut s = Strings::empty(&store, true);
         let long = "é".repeat(200);
-        s.intern(&long, true).expect("intern");
-        s.intern("second", false).expect("intern");
-        s.intern(&long, false).expect("again");
+        s.intern(&long).expect("intern");
+        s.intern("second").expect("intern");
+        s.intern(&long).expect("again");
         s.sync().expect("sync");
         let good = std::fs::metadata(strings_path(&store)).expect("meta").len();
         // A torn record: its length says more than the file holds.
@@ -333,8 +331,9 @@ mod tests {
         let mut s = Strings::empty(&store, true);
         let (a, b, c) = ("a".repeat(100), "b".repeat(100), "c".repeat(100));
         for x in [&a, &b, &c] {
-            s.intern(x, true).expect("intern");
+            s.intern(x).expect("intern");
         }
+        s.sync().expect("sync");
         let path = strings_path(&store);
         let mut data = std::fs::read(&path).expect("read");
         let len = data.len();
@@ -357,10 +356,7 @@ mod tests {
             len,
             "kept"
         );
-        assert!(matches!(
-            s.intern(&"d".repeat(60), true),
-            Err(Error::Corrupt(_))
-        ));
+        assert!(matches!(s.intern(&"d".repeat(60)), Err(Error::Corrupt(_))));
     }
 
     #[test]

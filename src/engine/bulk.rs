@@ -118,7 +118,7 @@ impl State {
                     continue;
                 }
                 // Mapped mode: made durable by the store's next flush.
-                self.hold_strings(whole, &stored, None)?;
+                self.hold_strings(whole, &stored)?;
             }
             let tag: &Tag = if old { whole } else { &stored };
             let slot = encode(tag)?;

@@ -7,30 +7,35 @@ use crate::error::{Error, Result};
 use crate::format::long::{forms, referenced, REF_LEN};
 use crate::format::tag::SlotView;
 use crate::format::{Half, SlotBytes, Tag, FLAG_STRINGS};
-use crate::pager::Durability;
+use crate::pager::SyncPoint;
 
 impl State {
     /// Keeps the long strings of `tag` (stored as `stored`, its shrunk
-    /// form; nothing when `shrink` lent the tag itself back) in the strings file before a slot names them: durably in the
-    /// journaled modes or when the call asks for it; in mode `none` at the
-    /// next sync or close, before the store's own flush.
-    pub(super) fn hold_strings(
-        &mut self,
-        tag: &Tag,
-        stored: &Tag,
-        call: Option<Durability>,
-    ) -> Result<()> {
+    /// form; nothing when `shrink` lent the tag itself back) in the strings
+    /// file before a slot names them. They are made durable by the next
+    /// commit point ([`State::sync_strings`]), before the journal or the
+    /// store file that could make the slot durable: one fdatasync per
+    /// commit, not one per string.
+    pub(super) fn hold_strings(&mut self, tag: &Tag, stored: &Tag) -> Result<()> {
         if std::ptr::eq(tag, stored) {
             // A tag that fits a slot (`shrink` lent it back): nothing to keep.
             return Ok(());
         }
         self.can_hold_strings()?;
-        let durable =
-            self.pager.durability() != Durability::None || call == Some(Durability::Immediate);
         for s in referenced(tag, stored) {
-            self.strings.intern(s, durable)?;
+            self.strings.intern(s)?;
         }
         self.mark_strings()
+    }
+
+    /// Makes every string appended so far durable: called before each
+    /// commit, stage or flush, so that no slot is durable before the
+    /// string it names.
+    pub(crate) fn sync_strings(&mut self) -> Result<()> {
+        if self.strings.sync()? {
+            self.pager.sync_point(SyncPoint::StringsSynced);
+        }
+        Ok(())
     }
 
     /// Refuses a tag longer than a slot in a format-1 store (its

@@ -36,7 +36,7 @@ impl Store {
         if st.holds_legacy(legacy_slot(tag).as_ref(), Half::Object)? {
             return Ok(false);
         }
-        st.hold_strings(tag, &stored, durability)?;
+        st.hold_strings(tag, &stored)?;
         let (changed, counted) = st.insert_whole(&slot, true)?;
         self.finish_one(st, tag, counted.then_some(1), durability)?;
         Ok(changed)
@@ -90,7 +90,7 @@ impl Store {
         if st.holds_legacy(legacy_slot(tag).as_ref(), half)? {
             return Ok(false);
         }
-        st.hold_strings(tag, &stored, None)?;
+        st.hold_strings(tag, &stored)?;
         let changed = st.insert_half_slot(&slot, half)?;
         let counted = (changed && half == Half::Subject).then_some(1);
         self.finish_one(st, tag, counted, None)?;
@@ -134,7 +134,7 @@ impl Store {
     pub fn set_durability(&self, durability: Durability) -> Result<()> {
         let mut st = self.write()?;
         // Strings before the slots that name them.
-        st.strings.sync()?;
+        st.sync_strings()?;
         st.pager.set_durability(durability)
     }
 
@@ -247,7 +247,7 @@ impl Store {
                         if st.holds_legacy(legacy_slot(t).as_ref(), Half::Object)? {
                             return Ok((false, false));
                         }
-                        st.hold_strings(t, &stored, None)?;
+                        st.hold_strings(t, &stored)?;
                         st.insert_whole(&encode(&stored)?, true)
                     })
                 } else {
@@ -376,7 +376,7 @@ impl Store {
         }
         for t in tags {
             let stored = shrink(t)?;
-            st.hold_strings(t, &stored, None)?;
+            st.hold_strings(t, &stored)?;
             let slot = encode(&stored)?;
             match half {
                 Some(h) => st.insert_half_slot(&slot, h)?,
@@ -398,7 +398,7 @@ impl Store {
             return Err(Error::Poisoned);
         }
         // Strings before the slots that name them.
-        st.strings.sync()?;
+        st.sync_strings()?;
         if st.pager.durability() == Durability::None {
             return st.pager.commit();
         }

@@ -85,6 +85,7 @@ impl State {
     /// for immediate durability.
     pub fn after_call(&mut self, call: Option<Durability>) -> Result<()> {
         if self.pager.durability() == Durability::Immediate || call == Some(Durability::Immediate) {
+            self.sync_strings()?;
             self.pager.commit()?;
         }
         Ok(())
@@ -98,6 +99,7 @@ impl State {
         if mode != Durability::Immediate && call != Some(Durability::Immediate) {
             return Ok(None);
         }
+        self.sync_strings()?;
         if mode == Durability::None {
             self.pager.commit()?;
             return Ok(None);
@@ -129,7 +131,7 @@ impl State {
             return Ok(());
         }
         // Strings before the slots that name them.
-        self.strings.sync()?;
+        self.sync_strings()?;
         if self.pager.durability() != Durability::None {
             self.pager.commit()?;
             self.pager.checkpoint()?;

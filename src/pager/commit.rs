@@ -40,6 +40,9 @@ pub enum SyncPoint {
     Applied,
     /// The store file was fsynced (a checkpoint).
     StoreSynced,
+    /// The strings file of long tags was fsynced (before the commit that
+    /// could make a slot naming one of its strings durable).
+    StringsSynced,
 }
 
 /// Test hook called at each durability point.
@@ -114,6 +117,12 @@ impl Pager {
     #[cfg(feature = "test-hooks")]
     pub fn set_checkpoint_bytes(&mut self, bytes: u64) {
         self.group.set_checkpoint_bytes(bytes);
+    }
+
+    /// Reports a durability point of a file beside the pager's (the
+    /// strings file) to the test hook.
+    pub fn sync_point(&self, p: SyncPoint) {
+        self.group.hook(p);
     }
 
     /// The group commit this pager's writers share.

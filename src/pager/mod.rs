@@ -23,9 +23,7 @@ mod write;
 mod writeback;
 
 use commit::Pending;
-#[cfg(feature = "test-hooks")]
-pub use commit::SyncPoint;
-pub use commit::{Durability, SyncHook};
+pub use commit::{Durability, SyncHook, SyncPoint};
 pub use file::{is_no_space, MappedFile, SeqReader};
 pub use group::Group;
 pub use journal::journal_path;
