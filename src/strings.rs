@@ -1,6 +1,7 @@
 //! The strings file `STORE.strings`: the long strings that tags too large
-//! for a slot hold by reference (format 3, DESIGN.md §3.7), kept in memory
-//! by reference while the store is open.
+//! for a slot hold by reference (format 3, DESIGN.md §3.7). While the
+//! store is open the file is mapped (read-only, with room to grow) and
+//! only an index from reference to offset is kept in memory.
 //!
 //! Append-only: a 16-byte header, then records of a u32 length, the CRC32
 //! of the string and its UTF-8 bytes. A string is appended before any slot
@@ -13,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::format::long::{is_ref, ref_bytes, REF_LEN};
 use crate::side::side_path;
 use foldhash::{HashMap, HashMapExt};
+use memmap2::{Mmap, MmapOptions};
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,9 @@ const MAGIC: &[u8; 8] = b"TAGSTRNG";
 const VERSION: u32 = 1;
 /// Bytes of the header: magic, version, 4 zero bytes.
 const HEADER: usize = 16;
+/// Address space mapped past a writable strings file's end, at least, so
+/// that appends seldom remap (a page in unit tests, so that they remap).
+const MAP_ROOM: u64 = if cfg!(test) { 4096 } else { 64 << 20 };
 
 /// Path of the strings file of the store at `store`.
 pub fn strings_path(store: &Path) -> PathBuf {
@@ -33,7 +37,13 @@ pub fn strings_path(store: &Path) -> PathBuf {
 /// The long strings of a store, by reference (`Default`: none, no file).
 #[derive(Default)]
 pub struct Strings {
-    map: HashMap<[u8; REF_LEN], Box<str>>,
+    /// Where each held string's bytes start in the file, and their length.
+    index: HashMap<[u8; REF_LEN], (u64, u32)>,
+    /// The file, mapped read-only: at least `len` bytes, with room for
+    /// appends (written through `file`; the shared map sees them).
+    map: Option<Mmap>,
+    /// Bytes of address space `map` covers.
+    mapped: u64,
     file: Option<File>,
     path: PathBuf,
     len: u64,
@@ -52,7 +62,9 @@ impl Strings {
     /// No strings (a new store); the file is made on the first append.
     pub fn empty(store: &Path, writable: bool) -> Strings {
         Strings {
-            map: HashMap::new(),
+            index: HashMap::new(),
+            map: None,
+            mapped: 0,
             file: None,
             path: strings_path(store),
             len: 0,
@@ -62,8 +74,9 @@ impl Strings {
         }
     }
 
-    /// Loads the strings file of `store`, if there is one. A writable open
-    /// cuts a torn last record off; a read-only one ignores it.
+    /// Loads the strings file of `store`, if there is one: maps it and
+    /// indexes its records. A writable open cuts a torn last record off; a
+    /// read-only one ignores it.
     pub fn load(store: &Path, writable: bool) -> Result<Strings> {
         let mut s = Strings::empty(store, writable);
         let file = match OpenOptions::new().read(true).write(writable).open(&s.path) {
@@ -71,24 +84,30 @@ impl Strings {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(s),
             Err(e) => return Err(Error::io(format!("opening {}", s.path.display()), e)),
         };
-        let mut data = Vec::new();
-        (&file)
-            .read_to_end(&mut data)
-            .map_err(|e| Error::io(format!("reading {}", s.path.display()), e))?;
+        let flen = file.metadata().map_err(|e| s.io("reading", e))?.len();
+        s.file = Some(file);
         let mut header = [0u8; HEADER];
         header[..8].copy_from_slice(MAGIC);
         header[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        if data.len() < HEADER {
+        if flen < HEADER as u64 {
             // A create cut short (nothing was ever referenced from it).
+            let mut data = vec![0u8; flen as usize];
+            s.file_ref()
+                .and_then(|f| f.read_exact_at(&mut data, 0))
+                .map_err(|e| s.io("reading", e))?;
             if !(header.starts_with(&data) || data.iter().all(|&b| b == 0)) {
                 return Err(s.foreign());
             }
-            s.file = Some(file);
             if writable {
                 s.write_header()?;
+                s.ensure_mapped()?;
             }
             return Ok(s);
         }
+        s.len = flen;
+        s.ensure_mapped()?;
+        let map = s.map.take().ok_or_else(|| s.foreign())?;
+        let data = map.get(..flen as usize).ok_or_else(|| s.foreign())?;
         if &data[..8] != MAGIC {
             return Err(s.foreign());
         }
@@ -101,9 +120,10 @@ impl Strings {
         }
         let mut at = HEADER;
         loop {
-            match record(&data, at) {
+            match record(data, at) {
                 Record::Sound(text) => {
-                    s.map.insert(ref_bytes(text), text.into());
+                    let place = ((at + 8) as u64, text.len() as u32);
+                    s.index.insert(ref_bytes(text), place);
                     at += 8 + text.len();
                 }
                 Record::End => break,
@@ -116,9 +136,9 @@ impl Strings {
                 }
             }
         }
+        s.map = Some(map);
         s.len = at as u64;
-        s.file = Some(file);
-        if writable && s.damaged.is_none() && at < data.len() {
+        if writable && s.damaged.is_none() && s.len < flen {
             // A torn last record (a crash while appending): cut off.
             let f = s.file_ref().map_err(|e| s.io("cutting", e))?;
             f.set_len(s.len)
@@ -126,6 +146,38 @@ impl Strings {
                 .map_err(|e| s.io("cutting the torn tail of", e))?;
         }
         Ok(s)
+    }
+
+    /// Maps the file again once it outgrew the map: writable, with room
+    /// for appends (twice its length, and at least [`MAP_ROOM`] more).
+    fn ensure_mapped(&mut self) -> Result<()> {
+        if self.len == 0 || (self.map.is_some() && self.len <= self.mapped) {
+            return Ok(());
+        }
+        let want = match self.writable {
+            true => self
+                .len
+                .saturating_mul(2)
+                .max(self.len.saturating_add(MAP_ROOM)),
+            false => self.len,
+        };
+        let n = usize::try_from(want).map_err(|_| {
+            self.io(
+                "mapping",
+                std::io::Error::other("file larger than the address space"),
+            )
+        })?;
+        let f = self.file_ref().map_err(|e| self.io("mapping", e))?;
+        // SAFETY: the store's lock keeps other writers away (the strings
+        // file is only written by the process holding it exclusively, and
+        // only appended to, or cut below what a reader indexed); the map
+        // never outlives `self.file`; bytes past `len` (past the file's
+        // end) are never read: every string read lies in a record indexed
+        // below `len`.
+        let m = unsafe { MmapOptions::new().len(n).map(f) }.map_err(|e| self.io("mapping", e))?;
+        self.map = Some(m);
+        self.mapped = want;
+        Ok(())
     }
 
     fn foreign(&self) -> Error {
@@ -166,18 +218,22 @@ impl Strings {
 
     /// True when no string is held.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.index.is_empty()
     }
 
     /// Strings held.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.index.len()
     }
 
-    /// The string a reference stands for.
+    /// The string a reference stands for (read from the map, and checked
+    /// as UTF-8 rather than trusted).
     #[inline]
     pub fn get(&self, r: &[u8]) -> Option<&str> {
-        key(r).and_then(|k| self.map.get(&k)).map(|s| &**s)
+        let &(at, n) = key(r).and_then(|k| self.index.get(&k))?;
+        let at = usize::try_from(at).ok()?;
+        let bytes = self.map.as_ref()?.get(at..at.checked_add(n as usize)?)?;
+        std::str::from_utf8(bytes).ok()
     }
 
     /// The whole string that stored bytes stand for: `None` when they are
@@ -202,8 +258,8 @@ impl Strings {
     /// another's (a hash collision, never seen): it cannot be stored.
     pub fn intern(&mut self, s: &str) -> Result<()> {
         let k = ref_bytes(s);
-        if let Some(old) = self.map.get(&k) {
-            if &**old == s {
+        if let Some(old) = self.get(&k) {
+            if old == s {
                 // Held (durable at the next `sync` if it is not yet).
                 return Ok(());
             }
@@ -242,9 +298,11 @@ impl Strings {
             let _ = f.set_len(self.len);
             return Err(self.io("writing", e));
         }
+        let at = self.len + 8;
         self.len += rec.len() as u64;
         self.dirty = true;
-        self.map.insert(k, s.into());
+        self.ensure_mapped()?;
+        self.index.insert(k, (at, s.len() as u32));
         Ok(())
     }
 
@@ -357,6 +415,39 @@ mod tests {
             "kept"
         );
         assert!(matches!(s.intern(&"d".repeat(60)), Err(Error::Corrupt(_))));
+    }
+
+    /// Appends past the map's room remap it; every string stays readable
+    /// through each remap and after a reopen.
+    #[test]
+    fn appends_remap_and_every_string_stays_readable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = dir.path().join("s.tags");
+        let mut s = Strings::empty(&store, true);
+        let text = |i: usize| format!("{i:05}-{}", "ü".repeat(20 + i * 37 % 3000));
+        let mut maps = 0;
+        for i in 0..300 {
+            let before = s.mapped;
+            s.intern(&text(i)).expect("intern");
+            maps += usize::from(s.mapped != before);
+            for j in (0..=i).step_by(17).chain([i]) {
+                assert_eq!(
+                    s.get(&ref_bytes(&text(j))),
+                    Some(text(j).as_str()),
+                    "{j} after {i}"
+                );
+            }
+        }
+        assert!(maps > 5, "the map grew {maps} times");
+        s.sync().expect("sync");
+        drop(s);
+        for writable in [false, true] {
+            let s = Strings::load(&store, writable).expect("load");
+            assert_eq!(s.len(), 300);
+            for i in 0..300 {
+                assert_eq!(s.get(&ref_bytes(&text(i))), Some(text(i).as_str()));
+            }
+        }
     }
 
     #[test]
