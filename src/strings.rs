@@ -138,6 +138,11 @@ impl Strings {
         }
         s.map = Some(map);
         s.len = at as u64;
+        // Strings a session that ended uncleanly appended may never have
+        // been fsynced, and a tag naming one can be inserted again (the
+        // string is then held, not appended): the first commit of this
+        // session fsyncs the file once.
+        s.dirty = writable;
         if writable && s.damaged.is_none() && s.len < flen {
             // A torn last record (a crash while appending): cut off.
             let f = s.file_ref().map_err(|e| s.io("cutting", e))?;

@@ -55,10 +55,11 @@ fn lock(r: &Mutex<Recorder>) -> std::sync::MutexGuard<'_, Recorder> {
 /// A tag with a long object (stored by reference), a long subject, both,
 /// or neither, from a counter.
 fn tag(i: u64) -> Tag {
+    // Over 156 bytes with any of the short strings below.
     let long = |what: &str| {
         format!(
             "{what}/{i:06}/{}",
-            "path-segment/".repeat(6 + (i % 5) as usize)
+            "path-segment/".repeat(12 + (i % 5) as usize)
         )
     };
     match i % 4 {
@@ -179,6 +180,11 @@ fn recover(image: &Image) {
 fn power_loss_in(mode: Durability) {
     let dir = tempfile::tempdir().expect("tempdir");
     let (images, strings_syncs) = run(mode, dir.path());
+    for i in 0..40 {
+        let t = tag(i);
+        let text = t.object.len() + t.relationship.len() + t.subject.len();
+        assert_eq!(text > 156, i % 4 != 3, "{t:?} is long, or short, as meant");
+    }
     assert!(images.len() >= 5, "{mode:?}: {} images", images.len());
     assert!(
         images
@@ -212,4 +218,58 @@ fn on_sync_mode_commits_no_slot_before_its_string() {
 #[test]
 fn mode_none_sync_makes_strings_durable_before_the_store() {
     power_loss_in(Durability::None);
+}
+
+/// Regression: a string appended by a session that ended uncleanly (so
+/// never fsynced) was trusted by the next session, which inserted its tag
+/// again (the string then held, nothing appended) and committed the slot
+/// without an fsync of the strings file; a power cut then left a tag
+/// naming a lost string.
+#[test]
+fn a_string_an_unclean_session_left_unsynced_is_synced_before_its_next_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("u.tags");
+    let t = tag(2);
+    let store = Store::create(&path, &CreateOptions::default()).expect("create");
+    store.set_durability(Durability::OnSync).expect("on-sync");
+    assert!(store.insert(&t).expect("insert"));
+    // No commit: the string is in the file (the page cache), never fsynced.
+    store.abandon();
+    let store = Store::open(&path).expect("reopen");
+    let rec = Arc::new(Mutex::new(Recorder::default()));
+    {
+        let (rec, path, t) = (Arc::clone(&rec), path.clone(), t.clone());
+        store.set_sync_hook(Some(Box::new(move |p: SyncPoint| {
+            let mut r = lock(&rec);
+            match p {
+                // What the strings file holds durably: nothing before this
+                // session's first strings fsync.
+                SyncPoint::StringsSynced => r.strings = read_or_empty(&strings_of(&path)),
+                SyncPoint::JournalSynced => {
+                    let image = Image {
+                        label: format!("image {} (JournalSynced)", r.images.len()),
+                        store: fs::read(&path).expect("read store"),
+                        journal: Some(fs::read(journal_path(&path)).expect("read journal")),
+                        strings: r.strings.clone(),
+                        want: BTreeSet::from([t.clone()]),
+                    };
+                    r.images.push(image);
+                }
+                _ => {}
+            }
+        })));
+    }
+    store.set_durability(Durability::OnSync).expect("on-sync");
+    assert!(
+        store.insert(&t).expect("insert again"),
+        "not committed before"
+    );
+    store.sync().expect("sync");
+    store.set_sync_hook(None);
+    drop(store);
+    let images = std::mem::take(&mut lock(&rec).images);
+    assert!(!images.is_empty());
+    for image in &images {
+        recover(image);
+    }
 }

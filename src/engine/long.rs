@@ -31,9 +31,17 @@ impl State {
     /// Makes every string appended so far durable: called before each
     /// commit, stage or flush, so that no slot is durable before the
     /// string it names.
+    /// A failure poisons the handle: the slots naming the strings are
+    /// pending, and after a failed fdatasync the kernel may report the
+    /// pages clean, so a retry could commit them over lost strings.
     pub(crate) fn sync_strings(&mut self) -> Result<()> {
-        if self.strings.sync()? {
-            self.pager.sync_point(SyncPoint::StringsSynced);
+        match self.strings.sync() {
+            Ok(true) => self.pager.sync_point(SyncPoint::StringsSynced),
+            Ok(false) => {}
+            Err(e) => {
+                self.pager.poison();
+                return Err(e);
+            }
         }
         Ok(())
     }
