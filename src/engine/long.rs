@@ -31,6 +31,7 @@ impl State {
     /// Makes every string appended so far durable: called before each
     /// commit, stage or flush, so that no slot is durable before the
     /// string it names.
+    ///
     /// A failure poisons the handle: the slots naming the strings are
     /// pending, and after a failed fdatasync the kernel may report the
     /// pages clean, so a retry could commit them over lost strings.
