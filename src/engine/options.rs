@@ -54,7 +54,7 @@ impl CreateOptions {
 
 impl CreateOptions {
     /// The geometry, refused when out of range or when the expected tag count
-    /// would need a file larger than [`MAX_START_BYTES`] before any tag.
+    /// would need a file larger than 8 TiB (`MAX_START_BYTES`) before any tag.
     pub(crate) fn checked_geometry(&self) -> Result<Geometry> {
         let g = self.geometry();
         if self.primary_buckets_per_half.is_none() {

@@ -53,7 +53,7 @@ impl Geometry {
     }
 
     /// Most tags a store can be pre-sized for with `blocks_per_primary`
-    /// (its primary partition then stays within [`MAX_START_BYTES`]).
+    /// (its primary partition then stays within 8 TiB, `MAX_START_BYTES`).
     pub fn max_expected_tags(blocks_per_primary: u32) -> u64 {
         let per_half = (MAX_START_BYTES / BLOCK_SIZE as u64 - PRIMARY_BASE)
             / (2 * blocks_per_primary.max(1) as u64);
@@ -63,7 +63,7 @@ impl Geometry {
     }
 
     /// Checks a geometry for a new store: the ranges, and that its fixed
-    /// partition stays within [`MAX_START_BYTES`] (existing stores are only
+    /// partition stays within 8 TiB, `MAX_START_BYTES` (existing stores are only
     /// held to [`Geometry::validate`]).
     pub fn validate_new(&self) -> Result<()> {
         self.validate()?;
