@@ -74,6 +74,10 @@ impl State {
         if self.sb.flags & FLAG_STRINGS != 0 || self.strings.is_empty() {
             return Ok(());
         }
+        // The strings first (once in a store's life): a flag that reached
+        // the disk before them would, after a power cut in mode `none`,
+        // name a strings file that is not there.
+        self.sync_strings()?;
         let mut sb = self.sb.clone();
         sb.flags |= FLAG_STRINGS;
         self.pager.write_superblock(&sb)?;
