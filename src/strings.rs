@@ -54,6 +54,14 @@ pub struct Strings {
     damaged: Option<u64>,
 }
 
+/// The 16 bytes every strings file starts with.
+fn header() -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h
+}
+
 fn key(r: &[u8]) -> Option<[u8; REF_LEN]> {
     r.try_into().ok()
 }
@@ -86,9 +94,7 @@ impl Strings {
         };
         let flen = file.metadata().map_err(|e| s.io("reading", e))?.len();
         s.file = Some(file);
-        let mut header = [0u8; HEADER];
-        header[..8].copy_from_slice(MAGIC);
-        header[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let header = header();
         if flen < HEADER as u64 {
             // A create cut short (nothing was ever referenced from it).
             let mut data = vec![0u8; flen as usize];
@@ -205,12 +211,9 @@ impl Strings {
     }
 
     fn write_header(&mut self) -> Result<()> {
-        let mut h = [0u8; HEADER];
-        h[..8].copy_from_slice(MAGIC);
-        h[8..12].copy_from_slice(&VERSION.to_le_bytes());
         let f = self.file_ref().map_err(|e| self.io("writing", e))?;
         f.set_len(0)
-            .and_then(|()| f.write_all_at(&h, 0))
+            .and_then(|()| f.write_all_at(&header(), 0))
             .map_err(|e| self.io("writing", e))?;
         self.len = HEADER as u64;
         self.dirty = true;
@@ -259,8 +262,9 @@ impl Strings {
 
     /// Makes sure `s` is held, appending it to the file when it is new
     /// (durable at the next [`Strings::sync`]: the engine calls it before
-    /// any commit that could make a slot naming it durable). Refuses a string whose reference is
-    /// another's (a hash collision, never seen): it cannot be stored.
+    /// any commit that could make a slot naming it durable). Refuses a
+    /// string whose reference is another's (a hash collision, never seen):
+    /// it cannot be stored.
     pub fn intern(&mut self, s: &str) -> Result<()> {
         let k = ref_bytes(s);
         if let Some(old) = self.get(&k) {

@@ -109,17 +109,13 @@ impl State {
                 Err(Error::TagTooLarge { .. }) if !insert => continue,
                 Err(e) => return Err(e),
             };
-            // Stored as a build before format 3 stored it (a string starting
-            // with U+FFFF kept as it is): an insert leaves it, a delete
-            // removes that form.
-            let old = self.holds_legacy(legacy_slot(whole).as_ref(), Half::Object)?;
-            if insert {
-                if old {
-                    continue;
-                }
-                // Mapped mode: made durable by the store's next flush.
-                self.hold_strings(whole, &stored)?;
+            // Mapped mode: the strings are made durable by the store's next flush.
+            if insert && !self.admits(whole, &stored, Half::Object)? {
+                continue;
             }
+            // A delete removes a tag stored as a build before format 3
+            // stored it (a string starting with U+FFFF kept as it is).
+            let old = !insert && self.holds_legacy(legacy_slot(whole).as_ref(), Half::Object)?;
             let tag: &Tag = if old { whole } else { &stored };
             let slot = encode(tag)?;
             let name = |h| match h {

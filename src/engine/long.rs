@@ -47,6 +47,17 @@ impl State {
         Ok(())
     }
 
+    /// Readies an INSERT of `tag` (stored as `stored`) into `half`: false
+    /// when the tag is already stored as a build before format 3 stored
+    /// it (nothing to insert), else true with its long strings held.
+    pub(super) fn admits(&mut self, tag: &Tag, stored: &Tag, half: Half) -> Result<bool> {
+        if self.holds_legacy(super::ops::legacy_slot(tag).as_ref(), half)? {
+            return Ok(false);
+        }
+        self.hold_strings(tag, stored)?;
+        Ok(true)
+    }
+
     /// Refuses a tag longer than a slot in a format-1 store (its
     /// superblock has no room for the strings flag): `maintain` upgrades it.
     fn can_hold_strings(&self) -> Result<()> {

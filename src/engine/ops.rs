@@ -3,7 +3,7 @@
 
 use super::{BatchOutcome, State, Store};
 use crate::error::{Error, Result};
-use crate::format::long::{shrink, REF_PREFIX};
+use crate::format::long::{marked, shrink, stored_slot};
 use crate::format::tag::encode;
 use crate::format::{Half, SlotBytes, Tag};
 use crate::pager::Durability;
@@ -33,10 +33,9 @@ impl Store {
         let stored = shrink(tag)?;
         let slot = encode(&stored)?;
         let mut st = self.write()?;
-        if st.holds_legacy(legacy_slot(tag).as_ref(), Half::Object)? {
+        if !st.admits(tag, &stored, Half::Object)? {
             return Ok(false);
         }
-        st.hold_strings(tag, &stored)?;
         let (changed, counted) = st.insert_whole(&slot, true)?;
         self.finish_one(st, tag, counted.then_some(1), durability)?;
         Ok(changed)
@@ -87,10 +86,9 @@ impl Store {
         let stored = shrink(tag)?;
         let slot = encode(&stored)?;
         let mut st = self.half_only_write("insert_half")?;
-        if st.holds_legacy(legacy_slot(tag).as_ref(), half)? {
+        if !st.admits(tag, &stored, half)? {
             return Ok(false);
         }
-        st.hold_strings(tag, &stored)?;
         let changed = st.insert_half_slot(&slot, half)?;
         let counted = (changed && half == Half::Subject).then_some(1);
         self.finish_one(st, tag, counted, None)?;
@@ -244,10 +242,9 @@ impl Store {
             for t in it.by_ref().take(CHUNK) {
                 let r = if insert {
                     shrink(t).and_then(|stored| {
-                        if st.holds_legacy(legacy_slot(t).as_ref(), Half::Object)? {
+                        if !st.admits(t, &stored, Half::Object)? {
                             return Ok((false, false));
                         }
-                        st.hold_strings(t, &stored)?;
                         st.insert_whole(&encode(&stored)?, true)
                     })
                 } else {
@@ -425,7 +422,7 @@ impl Store {
 /// stored by this build (none for a tag no store can hold), and its
 /// [`legacy_slot`].
 fn lookup_slots(tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
-    match shrink(tag).and_then(|s| encode(&s)) {
+    match stored_slot(tag) {
         Ok(s) => Ok([Some(s), legacy_slot(tag)]),
         Err(Error::TagTooLarge { .. }) => Ok([None, None]),
         Err(e) => Err(e),
@@ -436,10 +433,7 @@ fn lookup_slots(tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
 /// today's: a tag with a string starting with U+FFFF that fits a slot as
 /// it is (such a string is now stored by reference).
 pub(super) fn legacy_slot(tag: &Tag) -> Option<SlotBytes> {
-    let marked = [&tag.object, &tag.relationship, &tag.subject]
-        .iter()
-        .any(|p| p.starts_with(REF_PREFIX));
-    if marked {
+    if marked(tag) {
         encode(tag).ok()
     } else {
         None

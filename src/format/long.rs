@@ -11,8 +11,8 @@
 //! same slot, and every layer below the engine sees short tags. (Whether
 //! a tag fits is judged with its U+FFFF strings counted as references.)
 
-use super::tag::{Tag, MAX_TAG_BYTES, SLOT_HEADER};
-use crate::error::{Error, Result};
+use super::tag::{encode, SlotBytes, Tag, MAX_TAG_BYTES, SLOT_HEADER};
+use crate::error::Result;
 use std::borrow::Cow;
 use xxhash_rust::xxh3::xxh3_128;
 
@@ -66,20 +66,10 @@ pub fn is_ref(b: &[u8]) -> bool {
 pub fn shrink(tag: &Tag) -> Result<Cow<'_, Tag>> {
     let parts = [&tag.object, &tag.relationship, &tag.subject];
     let text: usize = parts.iter().map(|p| p.len()).sum();
-    let marked = parts.iter().any(|p| p.starts_with(REF_PREFIX));
-    if text <= MAX_TAG_BYTES && !marked {
+    if text <= MAX_TAG_BYTES && !marked(tag) {
         return Ok(Cow::Borrowed(tag));
     }
-    if let Some(p) = parts
-        .iter()
-        .max_by_key(|p| p.len())
-        .filter(|p| p.len() > MAX_STRING_BYTES)
-    {
-        return Err(Error::TagTooLarge {
-            needed: p.len(),
-            limit: MAX_STRING_BYTES,
-        });
-    }
+    tag.check_size()?;
     // Judged with the marked strings already references (they may be
     // longer as references than as they are).
     let text: usize = parts
@@ -109,6 +99,19 @@ pub fn shrink(tag: &Tag) -> Result<Cow<'_, Tag>> {
     Ok(Cow::Owned(t))
 }
 
+/// The slot `tag` is stored in: its [`shrink`], encoded.
+pub fn stored_slot(tag: &Tag) -> Result<SlotBytes> {
+    encode(&*shrink(tag)?)
+}
+
+/// True when a string of `tag` starts with U+FFFF (stored by reference
+/// whatever its length; a build before format 3 stored it as it is).
+pub fn marked(tag: &Tag) -> bool {
+    [&tag.object, &tag.relationship, &tag.subject]
+        .iter()
+        .any(|p| p.starts_with(REF_PREFIX))
+}
+
 /// The strings of `tag` that `stored` (its [`shrink`]) holds by reference.
 pub fn referenced<'a>(tag: &'a Tag, stored: &'a Tag) -> impl Iterator<Item = &'a str> {
     [
@@ -134,6 +137,7 @@ pub fn forms(s: &str) -> (Option<&str>, Option<[u8; REF_LEN]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn a_tag_that_fits_is_stored_as_it_is() {

@@ -10,7 +10,6 @@ mod tidy;
 
 use super::state::State;
 use crate::error::{Error, Result};
-use crate::format::tag::encode;
 use crate::format::{
     Geometry, Half, Intent, IntentOp, Layout, SlotAddr, Tag, BLOCK_SIZE, SLOTS_PER_BLOCK,
 };
@@ -54,7 +53,7 @@ impl State {
             // Spread by a multiplicative hash, not a stride: a stride could
             // fall in step with the batch's order (every other line).
             let t = sample[((j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) % n as u64) as usize];
-            let present = match crate::format::long::shrink(t).and_then(|s| encode(&s)) {
+            let present = match crate::format::long::stored_slot(t) {
                 Ok(slot) => self.contains(&slot, Half::Object)?,
                 Err(_) => false,
             };
