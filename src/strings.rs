@@ -52,6 +52,9 @@ pub struct Strings {
     dirty: bool,
     /// Where the first damaged record starts: no string is appended then.
     damaged: Option<u64>,
+    /// The store says it held long strings but this file holds none (it
+    /// is missing or was emptied): no string is appended then either.
+    lost: bool,
 }
 
 /// The 16 bytes every strings file starts with.
@@ -79,6 +82,7 @@ impl Strings {
             writable,
             dirty: false,
             damaged: None,
+            lost: false,
         }
     }
 
@@ -204,6 +208,18 @@ impl Strings {
         self.damaged
     }
 
+    /// Records that the store held long strings while this file holds
+    /// none: every reference may name a lost string, and none is added.
+    pub fn mark_lost(&mut self) {
+        self.lost = true;
+    }
+
+    /// True when the file is damaged or lost: any reference may be stored
+    /// without this file holding its string.
+    pub fn unsure(&self) -> bool {
+        self.damaged.is_some() || self.lost
+    }
+
     fn file_ref(&self) -> std::io::Result<&File> {
         self.file
             .as_ref()
@@ -247,15 +263,20 @@ impl Strings {
     /// The whole string that stored bytes stand for: `None` when they are
     /// no reference (the string is the bytes themselves), an error when
     /// they name a string this file does not hold.
+    ///
+    /// While no string was ever stored (the store is format 2), nothing is
+    /// a reference: a string of a reference's shape was written by a build
+    /// before format 3 as it is.
     #[inline]
     pub fn whole(&self, b: &[u8]) -> Result<Option<&str>> {
-        if !is_ref(b) {
+        if !is_ref(b) || (self.index.is_empty() && !self.unsure()) {
             return Ok(None);
         }
         self.get(b).map(Some).ok_or_else(|| {
             Error::corrupt(format!(
-                "a tag names long string {} that the strings file does not hold",
-                String::from_utf8_lossy(b)
+                "a tag names long string {:?} that {} does not hold",
+                String::from_utf8_lossy(b),
+                self.path.display()
             ))
         })
     }
@@ -282,7 +303,13 @@ impl Strings {
         }
         if let Some(at) = self.damaged {
             return Err(Error::corrupt(format!(
-                "{} is damaged at byte {at}: no string is added to it (`tagstore salvage` copies the readable tags to a new store)",
+                "{} is damaged at byte {at}: no string is added to it (`tagstore export --salvage` writes out the readable tags, to load into a new store)",
+                self.path.display()
+            )));
+        }
+        if self.lost {
+            return Err(Error::corrupt(format!(
+                "{} is missing or empty while the store says it holds tags longer than a slot: no string is added to it (`tagstore export --salvage` writes out the readable tags, to load into a new store)",
                 self.path.display()
             )));
         }

@@ -8,7 +8,8 @@ use serde::Serialize;
 /// Where a store stands in its growth (format 2's linear hashing).
 #[derive(Clone, Debug, Serialize)]
 pub struct Growth {
-    /// On-disk format version (1: fixed geometry; 2: grows by splits).
+    /// On-disk format version (1: fixed geometry; 2: grows by splits; 3:
+    /// format 2 holding tags longer than a slot).
     pub format_version: u32,
     /// True when INSERT splits buckets as the store fills (format 2).
     pub grows: bool,
@@ -141,7 +142,7 @@ impl Store {
             half_only: st.half_only(),
             geometry: geo.geometry(),
             growth: Growth {
-                format_version: geo.version,
+                format_version: st.format_version(),
                 grows: geo.grows(),
                 base_buckets_per_half: geo.base,
                 level: geo.level,

@@ -364,6 +364,8 @@ pub struct Tags<'s> {
     salvage: bool,
     /// Tags returned from the subject half (see [`Tags::from_subject_half`]).
     from_subject: u64,
+    /// Tags a salvage left out (see [`Tags::lost_to_strings`]).
+    lost_strings: u64,
     buf: VecDeque<Tag>,
     failed: bool,
 }
@@ -374,6 +376,12 @@ impl Tags<'_> {
     /// a salvage, those whose object half was unreadable.
     pub fn from_subject_half(&self) -> u64 {
         self.from_subject
+    }
+
+    /// How many tags a salvage left out so far because a long string they
+    /// name is not in the strings file (lost or damaged).
+    pub fn lost_to_strings(&self) -> u64 {
+        self.lost_strings
     }
 }
 
@@ -420,7 +428,10 @@ impl Iterator for Tags<'_> {
                             Ok(t) => self.buf.push_back(t),
                             // A salvage leaves out a tag whose long string
                             // is lost with the strings file.
-                            Err(_) if self.salvage => continue,
+                            Err(_) if self.salvage => {
+                                self.lost_strings += 1;
+                                continue;
+                            }
                             Err(e) => return Err(e),
                         }
                     }
@@ -580,6 +591,7 @@ impl Store {
             skip_object_held: false,
             salvage: false,
             from_subject: 0,
+            lost_strings: 0,
             buf: VecDeque::new(),
             failed: false,
         }

@@ -119,19 +119,22 @@ impl State {
         // The strings file lost or damaged while the store says it held
         // some: any reference may be stored, so every form is searched
         // (the key's tags are found; a result naming a lost string fails).
-        let unsure = self.strings.damaged().is_some()
-            || (self.strings.is_empty() && self.sb.flags & FLAG_STRINGS != 0);
+        let unsure = self.strings.unsure();
         if self.strings.is_empty() && !unsure {
             // No tag holds a reference (the key is not even read).
             return Vec::new();
         }
         let (ri, rr) = forms(relationship);
         let (ni, nr) = forms(name);
-        let held = |r: Option<[u8; REF_LEN]>| {
-            r.filter(|r| unsure || self.strings.get(r).is_some())
+        // A reference form is searched when the file holds its string, or
+        // when it is the string's only form (longer than a slot: one
+        // search, as for any key, and a string lost from the file's tail
+        // does not hide the key's tags).
+        let held = |r: Option<[u8; REF_LEN]>, only: bool| {
+            r.filter(|r| unsure || only || self.strings.get(r).is_some())
                 .map(|r| String::from_utf8_lossy(&r).into_owned())
         };
-        let (rr, nr) = (held(rr), held(nr));
+        let (rr, nr) = (held(rr, ri.is_none()), held(nr, ni.is_none()));
         if rr.is_none() && nr.is_none() {
             return Vec::new();
         }

@@ -26,8 +26,8 @@ pub(crate) use state::State;
 use crate::counts::{Counts, CountsFile, Feed, Loaded};
 use crate::error::{Error, Result};
 use crate::format::{
-    Geometry, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, FLAG_HALF_ONLY, INTENT_BLOCK,
-    SUPERBLOCK_BLOCK,
+    Geometry, Intent, IntentOp, Layout, Superblock, BLOCK_SIZE, FLAG_HALF_ONLY, FLAG_STRINGS,
+    INTENT_BLOCK, SUPERBLOCK_BLOCK,
 };
 use crate::index::{Index, Tables};
 use crate::pager::{
@@ -396,11 +396,16 @@ impl Store {
             sb.tag_count
         };
         // The strings of long tags: a salvage reads what it can.
-        let strings = match Strings::load(path, writable) {
+        let mut strings = match Strings::load(path, writable) {
             Ok(s) => s,
             Err(_) if salvage => Strings::empty(path, false),
             Err(e) => return Err(e),
         };
+        if sb.flags & FLAG_STRINGS != 0 && strings.is_empty() {
+            // The flag is set only once a string is durable: the file was
+            // lost (or emptied), and a new one must not hide that.
+            strings.mark_lost();
+        }
         let mut state = State {
             strings,
             pager,

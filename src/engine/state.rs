@@ -76,6 +76,11 @@ impl State {
         self.tag_count
     }
 
+    /// The on-disk format version (admin: stats).
+    pub(crate) fn format_version(&self) -> u32 {
+        self.sb.version()
+    }
+
     /// True for a half-only store (each half of a tag written on its own).
     pub(crate) fn half_only(&self) -> bool {
         self.sb.flags & crate::format::FLAG_HALF_ONLY != 0

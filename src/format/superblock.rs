@@ -60,17 +60,21 @@ impl Superblock {
         self.flags & FLAG_CLEAN != 0
     }
 
+    /// The format version written to disk: 3 once the store holds long
+    /// strings, else the layout's (1 or 2).
+    pub fn version(&self) -> u32 {
+        match self.flags & FLAG_STRINGS != 0 {
+            true => 3,
+            false => self.layout.version,
+        }
+    }
+
     /// Serialises into a 4 KB block image.
     pub fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; BLOCK_SIZE];
         b[0..8].copy_from_slice(MAGIC);
         let l = &self.layout;
-        let version = if self.flags & FLAG_STRINGS != 0 {
-            3
-        } else {
-            l.version
-        };
-        b[8..12].copy_from_slice(&version.to_le_bytes());
+        b[8..12].copy_from_slice(&self.version().to_le_bytes());
         b[12..16].copy_from_slice(&(BLOCK_SIZE as u32).to_le_bytes());
         b[16..20].copy_from_slice(&(SLOT_SIZE as u32).to_le_bytes());
         b[20..24].copy_from_slice(&l.base.to_le_bytes());

@@ -281,8 +281,13 @@ fn open_salvage(path: &std::path::Path) -> tagstore::Result<Store> {
 }
 
 /// What `export --salvage` says on stderr once every tag is out.
-fn salvage_summary(tags: u64, from_subject: u64, bad: &[u64]) -> String {
-    let head = format!("salvaged {tags} tags ({from_subject} of them from the subject half)");
+fn salvage_summary(tags: u64, from_subject: u64, lost: u64, bad: &[u64]) -> String {
+    let mut head = format!("salvaged {tags} tags ({from_subject} of them from the subject half)");
+    if lost > 0 {
+        head += &format!(
+            "; {lost} tags left out: a long string they name is lost from the strings file"
+        );
+    }
     if bad.is_empty() {
         return format!("{head}; every block was readable");
     }
@@ -483,7 +488,12 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             if salvage {
                 eprintln!(
                     "{}",
-                    salvage_summary(n, tags.from_subject_half(), &s.unreadable_blocks())
+                    salvage_summary(
+                        n,
+                        tags.from_subject_half(),
+                        tags.lost_to_strings(),
+                        &s.unreadable_blocks()
+                    )
                 );
             }
             finish(out, ExitCode::SUCCESS)
