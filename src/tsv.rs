@@ -14,7 +14,18 @@ pub const MAX_LINE_BYTES: usize = 2 * 3 * MAX_STRING_BYTES + 2 + 2;
 
 /// Escapes a field: backslash, tab, newline and carriage return become `\\`, `\t`, `\n`, `\r`.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
+    escaped(s).into_owned()
+}
+
+/// [`escape`], borrowing the field when it has nothing to escape (most do).
+pub fn escaped(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s
+        .bytes()
+        .any(|b| matches!(b, b'\\' | b'\t' | b'\n' | b'\r'))
+    {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -24,7 +35,7 @@ pub fn escape(s: &str) -> String {
             c => out.push(c),
         }
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 /// The escapes [`unescape`] knows, for its error messages.
@@ -98,9 +109,9 @@ pub fn unescape(s: &str) -> Result<String, String> {
 pub fn format_tag(t: &Tag) -> String {
     format!(
         "{}\t{}\t{}",
-        escape(&t.object),
-        escape(&t.relationship),
-        escape(&t.subject)
+        escaped(&t.object),
+        escaped(&t.relationship),
+        escaped(&t.subject)
     )
 }
 
@@ -382,5 +393,11 @@ mod tests {
         // Whatever `escape` writes reads back.
         let s = "\u{8}\u{c}\u{b}\\\t\n\r x";
         assert_eq!(ok(&escape(s)), s);
+        // Only a field with something to escape is copied; each of the
+        // four characters alone is escaped.
+        assert!(matches!(escaped("plain é"), std::borrow::Cow::Borrowed(_)));
+        for (c, e) in [("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")] {
+            assert_eq!(escaped(&format!("a{c}b")), format!("a{e}b"));
+        }
     }
 }

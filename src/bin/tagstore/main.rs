@@ -454,7 +454,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             };
             for r in it.take(limit.map_or(usize::MAX, |l| l.min(usize::MAX as u64) as usize)) {
                 let v = r?;
-                if !say!(out, "{}", tsv::escape(&v)) {
+                if !out.text(&tsv::escaped(&v)) {
                     break;
                 }
             }

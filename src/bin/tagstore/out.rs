@@ -48,6 +48,18 @@ impl Out {
         self.note(r)
     }
 
+    /// Writes `s` and a newline (no formatting); as [`Out::line`].
+    pub fn text(&mut self, s: &str) -> bool {
+        if !matches!(self.state, State::Open) {
+            return false;
+        }
+        let r = self
+            .w
+            .write_all(s.as_bytes())
+            .and_then(|()| self.w.write_all(b"\n"));
+        self.note(r)
+    }
+
     fn note(&mut self, r: io::Result<()>) -> bool {
         match r {
             Ok(()) => true,
