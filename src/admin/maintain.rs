@@ -120,6 +120,26 @@ impl Store {
         }
         geometry.validate_new()?;
         let allowance = sizing::allowance(&geometry, old.len());
+        // Say up front when the rewrite cannot fit (blocks are still
+        // reserved one by one as they are written): two slots a tag and a
+        // quarter more for free room (400,000 file-ownership tags took 390
+        // bytes a tag; half again more, as before, refused rewrites that
+        // fit). Measured before the rewrite takes any (measured after its
+        // create, the space it took was counted twice).
+        let need = before
+            .allocated_bytes
+            .min(old.len().saturating_mul(2 * 4096 / 25).saturating_mul(5) / 4);
+        if let Some(free) = old.free_bytes() {
+            if free < need {
+                return Err(Error::io(
+                    format!(
+                        "maintenance needs about {need} free bytes beside {} for the rewrite; {free} are free",
+                        path.display()
+                    ),
+                    std::io::Error::from_raw_os_error(libc::ENOSPC),
+                ));
+            }
+        }
         let tmp = maintain_temp_path(path);
         remove_if_present(&tmp, "stale")?;
         let mut copy = || -> Result<()> {
@@ -143,22 +163,6 @@ impl Store {
             // Packed fuller than the split fill, the store must not split
             // while the copy fills it, nor on the next few inserts.
             new.set_split_allowance(allowance)?;
-            // Say up front when the rewrite cannot fit (blocks are still
-            // reserved one by one as they are written).
-            let need = before
-                .allocated_bytes
-                .min(old.len().saturating_mul(2 * 4096 / 25).saturating_mul(3) / 2);
-            if let Some(free) = new.free_bytes() {
-                if free < need {
-                    return Err(Error::io(
-                        format!(
-                            "maintenance needs about {need} free bytes beside {} for the rewrite; {free} are free",
-                            path.display()
-                        ),
-                        std::io::Error::from_raw_os_error(libc::ENOSPC),
-                    ));
-                }
-            }
             if let Some(m) = &meta_before {
                 std::fs::set_permissions(&tmp, m.permissions()).map_err(|e| {
                     Error::io(format!("copying permissions to {}", tmp.display()), e)
@@ -224,7 +228,7 @@ impl Store {
         let after = match after {
             Ok(a) => a,
             Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
+                remove_temporaries(&tmp);
                 return Err(e);
             }
         };
@@ -251,11 +255,11 @@ impl Store {
             Ok(())
         };
         if let Err(e) = moved.and_then(|()| sync_dir(path)) {
-            let _ = std::fs::remove_file(&tmp);
+            remove_temporaries(&tmp);
             return Err(e);
         }
         if let Err(e) = std::fs::rename(&tmp, path) {
-            let _ = std::fs::remove_file(&tmp);
+            remove_temporaries(&tmp);
             return Err(Error::io(
                 format!("renaming {} over {}", tmp.display(), path.display()),
                 e,
@@ -336,4 +340,13 @@ fn plan(
     }
     let g = p.choose(o.blocks_per_primary.is_some(), o.blocks_per_secondary);
     Ok((g, kept))
+}
+
+/// Removes a failed rewrite's files: the temporary store and its side files
+/// (best effort: the next writer removes what is left).
+fn remove_temporaries(tmp: &Path) {
+    for ext in ["counts", "counts.tmp", "journal", "strings"] {
+        let _ = std::fs::remove_file(crate::side::side_path(tmp, ext));
+    }
+    let _ = std::fs::remove_file(tmp);
 }
