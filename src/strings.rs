@@ -28,11 +28,6 @@ const HEADER: usize = 16;
 /// Address space mapped past a writable strings file's end, at least, so
 /// that appends seldom remap (a page in unit tests, so that they remap).
 const MAP_ROOM: u64 = if cfg!(test) { 4096 } else { 64 << 20 };
-/// First and largest step of writing the file ahead with zeros (then
-/// doubling): an append overwrites bytes the file already has, so its
-/// fdatasync has no size or block map to update.
-const AHEAD_MIN: u64 = 64 << 10;
-const AHEAD_MAX: u64 = 8 << 20;
 
 /// Path of the strings file of the store at `store`.
 pub fn strings_path(store: &Path) -> PathBuf {
@@ -52,8 +47,6 @@ pub struct Strings {
     file: Option<File>,
     path: PathBuf,
     len: u64,
-    /// The file's length: `len`, then zeros written ahead for appends.
-    written: u64,
     writable: bool,
     /// Appended since the last fsync.
     dirty: bool,
@@ -86,7 +79,6 @@ impl Strings {
             file: None,
             path: strings_path(store),
             len: 0,
-            written: 0,
             writable,
             dirty: false,
             damaged: None,
@@ -156,7 +148,6 @@ impl Strings {
         }
         s.map = Some(map);
         s.len = at as u64;
-        s.written = flen;
         // Strings a session that ended uncleanly appended may never have
         // been fsynced, and a tag naming one can be inserted again (the
         // string is then held, not appended): the first commit of this
@@ -168,7 +159,6 @@ impl Strings {
             f.set_len(s.len)
                 .and_then(|()| f.sync_all())
                 .map_err(|e| s.io("cutting the torn tail of", e))?;
-            s.written = s.len;
         }
         Ok(s)
     }
@@ -242,7 +232,6 @@ impl Strings {
             .and_then(|()| f.write_all_at(&header(), 0))
             .map_err(|e| self.io("writing", e))?;
         self.len = HEADER as u64;
-        self.written = self.len;
         self.dirty = true;
         Ok(())
     }
@@ -340,12 +329,9 @@ impl Strings {
         rec.extend_from_slice(&(s.len() as u32).to_le_bytes());
         rec.extend_from_slice(&crc32fast::hash(s.as_bytes()).to_le_bytes());
         rec.extend_from_slice(s.as_bytes());
-        self.write_ahead(rec.len() as u64)?;
         let f = self.file_ref().map_err(|e| self.io("writing", e))?;
         if let Err(e) = f.write_all_at(&rec, self.len) {
-            // Zeros again where the record was (a tail of zeros ends the file).
             let _ = f.set_len(self.len);
-            self.written = self.len;
             return Err(self.io("writing", e));
         }
         let at = self.len + 8;
@@ -354,44 +340,6 @@ impl Strings {
         self.ensure_mapped()?;
         self.index.insert(k, (at, s.len() as u32));
         Ok(())
-    }
-
-    /// Writes zeros past the file's end until `more` bytes from `len` fit
-    /// in it (a step of at least [`AHEAD_MIN`], doubling up to
-    /// [`AHEAD_MAX`]): appends then overwrite written bytes. A disk too
-    /// full for the step gets just what the append needs.
-    fn write_ahead(&mut self, more: u64) -> Result<()> {
-        let need = self.len + more;
-        if need <= self.written {
-            return Ok(());
-        }
-        let step = self.written.clamp(AHEAD_MIN, AHEAD_MAX);
-        for end in [need.max(self.written + step), need] {
-            let (at, r) = zeros(self.file_ref(), self.written, end);
-            // Zeros written stay: a tail of zeros ends the file.
-            self.written = self.written.max(at);
-            if self.written >= need {
-                return Ok(());
-            }
-            if let Err(e) = r {
-                if end == need {
-                    return Err(self.io("writing", e));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Cuts the zeros written ahead (a clean close): the file ends with
-    /// its last record. Best effort: a tail of zeros ends the file anyway.
-    pub fn trim(&mut self) {
-        if self.written > self.len {
-            if let Ok(f) = self.file_ref() {
-                if f.set_len(self.len).is_ok() {
-                    self.written = self.len;
-                }
-            }
-        }
     }
 
     /// Makes every appended string durable; true if it had to fsync.
@@ -406,33 +354,13 @@ impl Strings {
     }
 }
 
-/// Writes zeros over `[from, end)` of `f`: how far it got, and the error
-/// that stopped it.
-fn zeros(f: std::io::Result<&File>, from: u64, end: u64) -> (u64, std::io::Result<()>) {
-    static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-    let f = match f {
-        Ok(f) => f,
-        Err(e) => return (from, Err(e)),
-    };
-    let mut at = from;
-    while at < end {
-        let n = (end - at).min(ZEROS.len() as u64) as usize;
-        if let Err(e) = f.write_all_at(&ZEROS[..n], at) {
-            return (at, Err(e));
-        }
-        at += n as u64;
-    }
-    (at, Ok(()))
-}
-
 /// What starts at byte `at` of a strings file.
 enum Record<'a> {
     /// A whole record whose CRC matches: its string.
     Sound(&'a str),
     /// The end, or a torn last record: its header or its string runs past
-    /// the end, nothing but zeros follows (a file extended by a crash
-    /// before its bytes were written), or it fails its CRC and nothing but
-    /// zeros follows it (torn over the zeros written ahead).
+    /// the end, or nothing but zeros follows (a file extended by a crash
+    /// before its bytes were written).
     End,
     /// A record that fails its CRC (or is empty, or not UTF-8) with more
     /// after it: its length in bytes.
@@ -453,11 +381,6 @@ fn record(data: &[u8], at: usize) -> Record<'_> {
     };
     match std::str::from_utf8(bytes) {
         Ok(text) if len > 0 && crc32fast::hash(bytes) == crc => Record::Sound(text),
-        // Torn while it was written over the zeros written ahead: nothing
-        // but zeros follows it.
-        _ if data.len() > at + 8 + len && data[at + 8 + len..].iter().all(|&b| b == 0) => {
-            Record::End
-        }
         _ => Record::Damaged(8 + len),
     }
 }
@@ -476,23 +399,8 @@ mod tests {
         s.intern("second").expect("intern");
         s.intern(&long).expect("again");
         s.sync().expect("sync");
-        let good = s.len;
-        assert!(s.written > good, "zeros written ahead");
-        // A torn record, written over those zeros: its CRC fails and only
-        // zeros follow it (not damage).
-        let f = OpenOptions::new()
-            .write(true)
-            .open(strings_path(&store))
-            .expect("open");
-        f.write_all_at(&[5, 0, 0, 0, 1, 2, 3, 4, b'x'], good)
-            .expect("write");
-        let ro = Strings::load(&store, false).expect("read-only load");
-        assert_eq!((ro.len(), ro.damaged()), (2, None));
-        // Cut off by a writable open; then one whose length says more than
-        // the file holds.
-        let s = Strings::load(&store, true).expect("load");
-        assert_eq!((s.len(), s.damaged(), s.len), (2, None, good));
-        drop(s);
+        let good = std::fs::metadata(strings_path(&store)).expect("meta").len();
+        // A torn record: its length says more than the file holds.
         let f = OpenOptions::new()
             .append(true)
             .open(strings_path(&store))
@@ -520,11 +428,9 @@ mod tests {
             s.intern(x).expect("intern");
         }
         s.sync().expect("sync");
-        s.trim();
         let path = strings_path(&store);
         let mut data = std::fs::read(&path).expect("read");
         let len = data.len();
-        assert_eq!(len as u64, s.len, "trimmed to its last record");
         data.extend_from_slice(&[0u8; 300]);
         std::fs::write(&path, &data).expect("write");
         let s = Strings::load(&store, true).expect("load");

@@ -137,7 +137,6 @@ impl State {
         }
         // Strings before the slots that name them.
         self.sync_strings()?;
-        self.strings.trim();
         if self.pager.durability() != Durability::None {
             self.pager.commit()?;
             self.pager.checkpoint()?;
