@@ -128,7 +128,9 @@ impl Store {
         // create, the space it took was counted twice).
         let need = before
             .allocated_bytes
-            .min(old.len().saturating_mul(2 * 4096 / 25).saturating_mul(5) / 4);
+            .min(old.len().saturating_mul(2 * 4096 / 25).saturating_mul(5) / 4)
+            // The rewrite's strings file holds at most the strings held now.
+            .saturating_add(std::fs::metadata(strings_path(path)).map_or(0, |m| m.len()));
         if let Some(free) = old.free_bytes() {
             if free < need {
                 return Err(Error::io(
