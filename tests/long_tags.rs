@@ -292,6 +292,17 @@ fn version_of(path: &Path) -> u32 {
     u32::from_le_bytes([b[8], b[9], b[10], b[11]])
 }
 
+/// A copy in `dir` of the format-2 store `fixtures/NAME`.
+fn format_2_fixture(dir: &Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
+    std::fs::copy(&fixture, &path).expect("copy fixture");
+    assert_eq!(version_of(&path), 2);
+    path
+}
+
 fn strings_of(path: &Path) -> std::path::PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(".strings");
@@ -543,10 +554,7 @@ fn a_key_longer_than_a_slot_is_found_when_its_string_is_lost() {
 #[test]
 fn reference_shaped_strings_of_a_format_2_store_are_read_as_written() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("r2.tags");
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/format-v2-refshaped.tags");
-    std::fs::copy(&fixture, &path).expect("copy fixture");
-    assert_eq!(version_of(&path), 2);
+    let path = format_2_fixture(dir.path(), "format-v2-refshaped.tags");
     let (a, b) = (
         format!("\u{FFFF}{}", "A".repeat(21)),
         "\u{FFFF}B-_0123456789abcdefgh".to_string(),
@@ -604,10 +612,7 @@ fn a_string_past_the_limit_is_refused_and_changes_nothing() {
 #[test]
 fn strings_starting_with_uffff_from_a_format_2_store_are_found_and_rewritten() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("m2.tags");
-    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/format-v2-marked.tags");
-    std::fs::copy(&fixture, &path).expect("copy fixture");
-    assert_eq!(version_of(&path), 2);
+    let path = format_2_fixture(dir.path(), "format-v2-marked.tags");
     let m = |s: &str| format!("\u{FFFF}{s}");
     let old = [
         Tag::new(m("marked"), "isa", "plain"),
