@@ -192,14 +192,21 @@ pub fn resolve_new(path: &Path) -> Result<PathBuf> {
 /// Temporaries an interrupted run can leave beside a store: a counts
 /// rewrite or fold, a maintenance rewrite and that rewrite's own side files.
 pub fn temporaries(store: &Path) -> Vec<PathBuf> {
-    let maint = side_path(store, "maintain.tmp");
-    vec![
+    let mut t = vec![
         side_path(store, "counts.tmp"),
         side_path(store, "counts.fold"),
-        side_path(&maint, "counts"),
-        side_path(&maint, "counts.tmp"),
-        side_path(&maint, "journal"),
-        side_path(&maint, "strings"),
-        maint,
+    ];
+    t.extend(rewrite_files(&side_path(store, "maintain.tmp")));
+    t
+}
+
+/// The files of a maintenance rewrite at `tmp`: its side files, then itself.
+pub fn rewrite_files(tmp: &Path) -> [PathBuf; 5] {
+    [
+        side_path(tmp, "counts"),
+        side_path(tmp, "counts.tmp"),
+        side_path(tmp, "journal"),
+        side_path(tmp, "strings"),
+        tmp.to_path_buf(),
     ]
 }

@@ -347,8 +347,7 @@ fn plan(
 /// Removes a failed rewrite's files: the temporary store and its side files
 /// (best effort: the next writer removes what is left).
 fn remove_temporaries(tmp: &Path) {
-    for ext in ["counts", "counts.tmp", "journal", "strings"] {
-        let _ = std::fs::remove_file(crate::side::side_path(tmp, ext));
+    for f in crate::side::rewrite_files(tmp) {
+        let _ = std::fs::remove_file(f);
     }
-    let _ = std::fs::remove_file(tmp);
 }
