@@ -303,6 +303,17 @@ fn format_2_fixture(dir: &Path, name: &str) -> std::path::PathBuf {
     path
 }
 
+/// `maintain` of the closed store at `path`, then a reopen that agrees
+/// with `model`, checks clean and is format 3 (strings by reference).
+fn maintain_agrees_as_format_3(path: &Path, model: &BTreeSet<Tag>) {
+    Store::maintain(path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
+    let store = Store::open(path).expect("open");
+    agree(&store, model);
+    assert!(store.check().expect("check").ok());
+    store.close().expect("close");
+    assert_eq!(version_of(path), 3, "rewritten with references");
+}
+
 fn strings_of(path: &Path) -> std::path::PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(".strings");
@@ -570,12 +581,7 @@ fn reference_shaped_strings_of_a_format_2_store_are_read_as_written() {
     agree(&store, &model);
     assert!(store.check().expect("check").ok());
     drop(store);
-    Store::maintain(&path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
-    let store = Store::open(&path).expect("open");
-    agree(&store, &model);
-    assert!(store.check().expect("check").ok());
-    store.close().expect("close");
-    assert_eq!(version_of(&path), 3, "rewritten with references");
+    maintain_agrees_as_format_3(&path, &model);
 }
 
 /// A string past the limit is refused by name and changes nothing.
@@ -659,12 +665,7 @@ fn strings_starting_with_uffff_from_a_format_2_store_are_found_and_rewritten() {
     model.remove(&old[2]);
     agree(&store, &model);
     store.close().expect("close");
-    Store::maintain(&path, &MaintainOptions::default(), |_, _| {}).expect("maintain");
-    let store = Store::open(&path).expect("open");
-    agree(&store, &model);
-    assert!(store.check().expect("check").ok());
-    store.close().expect("close");
-    assert_eq!(version_of(&path), 3, "rewritten with references");
+    maintain_agrees_as_format_3(&path, &model);
     let strings = std::fs::read(strings_of(&path)).expect("strings");
     let holds = |s: &str| strings.windows(s.len()).any(|w| w == s.as_bytes());
     assert!(holds(&m("marked")) && holds(&m("new")));
