@@ -557,15 +557,60 @@ fn draw_on_widths(make: MakeBar, len: u64) -> Vec<(u16, Vec<String>)> {
     all
 }
 
+/// `maintain`'s bar as the CLI makes it: the reading spinner, turned into
+/// the bar by the first tags copied.
+fn maintain_bar(target: indicatif::ProgressDrawTarget, len: u64) -> indicatif::ProgressBar {
+    let bar = progress::maintain_reading(target);
+    progress::maintain_copying(&bar, len);
+    bar
+}
+
+/// Case: `maintain` showed an empty bar while it read the whole store to
+/// plan the rewrite (seconds at millions of tags); it now says what it is
+/// doing, within the terminal's width, until the copy starts.
+#[test]
+fn maintain_says_it_is_reading_before_the_copy() {
+    for width in [40u16, 60, 80, 200] {
+        let drawn = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let term = FakeTerm {
+            width,
+            drawn: drawn.clone(),
+        };
+        let bar =
+            progress::maintain_reading(indicatif::ProgressDrawTarget::term_like(Box::new(term)));
+        bar.force_draw();
+        let reading = drawn.lock().map(|d| d.clone()).unwrap_or_default();
+        let last = reading.last().cloned().unwrap_or_default();
+        assert!(
+            last.contains("reading the store") || (width < 60 && last.contains("reading")),
+            "width {width}: {last:?}"
+        );
+        progress::maintain_copying(&bar, 1000);
+        bar.set_position(500);
+        bar.force_draw();
+        let lines = drawn.lock().map(|d| d.clone()).unwrap_or_default();
+        let copying = lines.last().cloned().unwrap_or_default();
+        assert!(
+            copying.contains("50% of tags copied"),
+            "width {width}: {copying:?}"
+        );
+        assert!(!copying.contains("reading"), "width {width}: {copying:?}");
+        for l in &lines {
+            assert!(
+                l.chars().count() <= width as usize,
+                "a {}-column line on a {width}-column terminal: {l:?}",
+                l.chars().count()
+            );
+        }
+    }
+}
+
 /// Case: the load and maintain bars fit the terminal's width (they used a
 /// fixed 40-column bar plus text, drawn past the edge of a narrow
 /// terminal) and show no estimate when they start.
 #[test]
 fn progress_bars_fit_the_terminal_width() {
-    let makers: [(&str, MakeBar); 2] = [
-        ("load", progress::load_bar),
-        ("maintain", progress::maintain_bar),
-    ];
+    let makers: [(&str, MakeBar); 2] = [("load", progress::load_bar), ("maintain", maintain_bar)];
     for (name, make) in makers {
         for (width, lines) in draw_on_widths(make, 300 << 20) {
             assert!(!lines.is_empty(), "{name}: nothing drawn at width {width}");

@@ -572,7 +572,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 }
                 Some(g)
             };
-            let bar = progress::maintain_bar(ProgressDrawTarget::stderr(), 0);
+            let bar = progress::maintain_reading(ProgressDrawTarget::stderr());
             let opts = tagstore::MaintainOptions {
                 geometry,
                 blocks_per_primary: buckets.blocks_per_primary,
@@ -581,7 +581,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 wait: wait(),
             };
             let r = Store::maintain(&store, &opts, |done, total| {
-                bar.set_length(total);
+                progress::maintain_copying(&bar, total);
                 bar.set_position(done);
             });
             bar.finish_and_clear();

@@ -61,11 +61,29 @@ pub fn load_bar(target: ProgressDrawTarget, len: u64) -> ProgressBar {
         .with_style(style("{wide_bar} {bytes:>10}/{total_bytes:<10} {left:>12}"))
 }
 
-/// The bar of `maintain` copying `len` tags, drawn on `target`.
-pub fn maintain_bar(target: ProgressDrawTarget, len: u64) -> ProgressBar {
-    ProgressBar::with_draw_target(Some(len), target)
-        .with_style(style("{wide_bar} {percent:>3}% of tags copied {left:>12}"))
+/// Shown while `maintain` reads the store before its copy starts (its
+/// statistics and the planner's pass): a spinner and the time so far.
+pub fn maintain_reading(target: ProgressDrawTarget) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, target)
+        .with_style(style("{spinner} {wide_msg} {elapsed:>4}"))
+        .with_message("reading the store to plan the rewrite");
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
 }
+
+/// Turns the spinner of [`maintain_reading`] into the bar of `maintain`
+/// copying `total` tags (once, at the first tags copied).
+pub fn maintain_copying(bar: &ProgressBar, total: u64) {
+    if bar.length().is_none() {
+        bar.disable_steady_tick();
+        bar.set_style(style(MAINTAIN_BAR));
+        bar.set_message("");
+    }
+    bar.set_length(total);
+}
+
+/// The template of `maintain`'s bar.
+const MAINTAIN_BAR: &str = "{wide_bar} {percent:>3}% of tags copied {left:>12}";
 
 /// The bar of a `--file -` load, whose length is unknown: bytes read so far.
 pub fn stream_bar(target: ProgressDrawTarget) -> ProgressBar {
