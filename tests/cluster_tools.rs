@@ -387,6 +387,32 @@ fn repair_makes_s_halves_agree_with_o_halves() {
     );
 }
 
+/// Every key node `port` holds (SCAN over the node itself).
+fn node_keys(port: u16) -> Vec<String> {
+    let mut c = Conn::open(port).expect("connect to a node");
+    let (mut keys, mut cursor) = (Vec::new(), b"0".to_vec());
+    loop {
+        c.send(&[b"SCAN", &cursor, b"COUNT", b"100000"]);
+        let Ok(Reply::Array(mut page)) = c.reply() else {
+            panic!("SCAN: unexpected reply");
+        };
+        let (Some(Reply::Array(items)), Some(Reply::Bulk(Some(next)))) = (page.pop(), page.pop())
+        else {
+            panic!("SCAN: unexpected page");
+        };
+        for item in items {
+            let Reply::Bulk(Some(k)) = item else {
+                panic!("SCAN: unexpected key");
+            };
+            keys.push(String::from_utf8(k).expect("a UTF-8 key"));
+        }
+        if next == b"0" {
+            return keys;
+        }
+        cursor = next;
+    }
+}
+
 #[test]
 fn reshard_three_to_four_nodes() {
     if !have_tools("cluster_tools", &["nutcracker"]) {
@@ -427,6 +453,32 @@ fn reshard_three_to_four_nodes() {
     assert_eq!(removed.lines().next(), Some(first));
     let node_d = removed.lines().find(|l| l.starts_with("n3\t")).unwrap();
     assert!(node_d.starts_with("n3\t0\t"), "{node_d}");
+    // Half-only nodes keep no member of a moved key behind (they kept one
+    // whenever the tag's other half stayed, as a whole-tag node must: a
+    // stale copy that a later reshard brought back after a delete).
+    assert!(
+        removed.contains("; kept 0 whose"),
+        "{}",
+        removed.lines().last().unwrap_or("")
+    );
+    for i in 0..3 {
+        let keys = node_keys(c.nodes[i].port);
+        assert!(!keys.is_empty(), "node {i} holds no key");
+        let list = tmp.path().join(format!("keys{i}.txt"));
+        let lines: Vec<String> = keys.iter().map(|k| tsv::escape(k)).collect();
+        fs::write(&list, lines.join("\n") + "\n").unwrap();
+        let placed = ok(&["ring", &new, "--file", list.to_str().unwrap()]);
+        let elsewhere: Vec<&str> = placed
+            .lines()
+            .filter(|l| !l.ends_with(&format!("\tn{i}")))
+            .collect();
+        assert!(
+            elsewhere.is_empty(),
+            "node n{i} still holds {} keys placed elsewhere, e.g. {:?}",
+            elsewhere.len(),
+            elsewhere.first()
+        );
+    }
     // Every key where nutcracker now sends it, with the same members.
     same_finds(&mut c.conn(), &reference, &truth, &[]);
     // The halves agree on the new placement: repair finds nothing to fix.

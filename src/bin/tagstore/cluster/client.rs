@@ -196,6 +196,16 @@ impl Client {
         }
     }
 
+    /// Whether the node stores whole tags (a `tagstore serve` node without
+    /// `--half-only`, whose INFO says `half_only:0`): there a member added
+    /// or removed under one key is added or removed under the tag's other
+    /// key too. A half-only node, or any other server, keeps each set apart.
+    pub fn keeps_whole_tags(&mut self) -> Result<bool, String> {
+        let info = utf8(self.call(&["INFO"])?)
+            .ok_or_else(|| format!("{}: INFO: unexpected reply", self.addr))?;
+        Ok(info.lines().any(|l| l.trim_end() == "half_only:0"))
+    }
+
     /// The members of each key (pipelined SMEMBERS).
     pub fn members(&mut self, keys: &[String]) -> Result<Vec<Vec<String>>, String> {
         let cmds: Vec<Vec<Vec<u8>>> = keys

@@ -344,6 +344,7 @@ fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let mut moved_out = vec![0usize; old.servers.len()];
     let (mut removed, mut kept) = (0usize, 0usize);
     for (i, out_i) in moved_out.iter_mut().enumerate() {
+        let whole = a.remove && c_old.nodes[i].keeps_whole_tags()?;
         let sets = c_old.owned_sets_of(i)?;
         let mut srem: Vec<Vec<Vec<u8>>> = Vec::new();
         let mut sadd: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); new.servers.len()];
@@ -364,20 +365,19 @@ fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             cmd.extend(members.iter().map(|m| m.as_bytes().to_vec()));
             sadd[j].push(cmd);
             if a.remove {
-                // The node keeps whole tags: removing a member removes the
-                // tag's other half there too, so keep it when that other
-                // half's key stays on this node under the new placement.
-                let Some((half, rel, _)) = parse_key(&k) else {
-                    continue;
-                };
+                // A node that keeps whole tags removes the tag's other half
+                // with a member, so the member stays when that other half's
+                // key stays on this node under the new placement. A
+                // half-only node keeps each half apart: every moved member
+                // goes (kept, it would be a stale copy that a later
+                // reshard or repair brings back after a delete).
+                let here = new_index.get(&addr(&old, i));
+                let parsed = parse_key(&k).filter(|_| whole);
                 for m in &members {
-                    let other = if half == 'o' {
-                        key('s', rel, m)
-                    } else {
-                        key('o', rel, m)
-                    };
-                    let stays =
-                        new_index.get(&addr(&old, i)) == Some(&c_new.ring.locate(other.as_bytes()));
+                    let stays = parsed.is_some_and(|(half, rel, _)| {
+                        let other = key(if half == 'o' { 's' } else { 'o' }, rel, m);
+                        here == Some(&c_new.ring.locate(other.as_bytes()))
+                    });
                     if stays {
                         kept += 1;
                     } else {
