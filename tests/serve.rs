@@ -682,6 +682,34 @@ fn both_key_forms_name_one_tag() {
     assert_eq!(c.call(&["PING"]), R::Simple("PONG".into()));
 }
 
+/// Case: a tag whose relationship held 1,000 bytes or more was stored, and
+/// SCAN listed its keys, but every command refused them (`<len>` was held
+/// to 3 digits), and the cluster tools stopped at the first such key.
+#[test]
+fn keys_of_a_relationship_of_a_thousand_bytes_or_more_work() {
+    let (_d, path) = temp_store();
+    let srv = Server::start(&path, &[]);
+    let mut c = srv.client();
+    for n in [999, 1000, 65_536] {
+        let rel = "r".repeat(n);
+        let (o, s) = (okey(&rel, "obj"), skey(&rel, "subj"));
+        assert_eq!(c.call(&["SADD", &o, "subj"]), R::Int(1), "{n}");
+        assert_eq!(
+            c.call(&["SMEMBERS", &s]),
+            R::Arr(vec![R::bulk("obj")]),
+            "{n}"
+        );
+        assert_eq!(c.call(&["SCARD", &o]), R::Int(1), "{n}");
+        let pattern = format!("o:{n}:*");
+        let listed = c.call(&["SCAN", "0", "MATCH", &pattern, "COUNT", "1000"]);
+        let R::Arr(page) = listed else {
+            panic!("SCAN: {listed:?}");
+        };
+        assert!(page[1].set().contains(&o), "{n}: SCAN lists {:?}", page[1]);
+        assert_eq!(c.call(&["SREM", &s, "obj"]), R::Int(1), "{n}");
+    }
+}
+
 #[test]
 fn pipelined_requests_are_answered_in_order() {
     let (_d, path) = temp_store();

@@ -141,7 +141,8 @@ fn parse_key(k: &str) -> Option<(char, &str, &str)> {
     let half = k.chars().next().filter(|c| *c == 'o' || *c == 's')?;
     let rest = k.get(1..)?.strip_prefix(':')?;
     let (len, rest) = rest.split_once(':')?;
-    if len.is_empty() || len.len() > 3 || !len.bytes().all(|b| b.is_ascii_digit()) {
+    // As serve's `keys::MAX_LEN_DIGITS`: a relationship holds up to 65,536 bytes.
+    if len.is_empty() || len.len() > 5 || !len.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     let len: usize = len.parse().ok()?;
@@ -442,6 +443,10 @@ mod tests {
     fn keys_parse() {
         assert_eq!(parse_key("o:3:isa:photo1"), Some(('o', "isa", "photo1")));
         assert_eq!(parse_key("s:3:a:b:x:y"), Some(('s', "a:b", "x:y")));
+        // A relationship of a thousand bytes or more (up to 65,536).
+        let rel = "r".repeat(1000);
+        let k = format!("o:1000:{rel}:p");
+        assert_eq!(parse_key(&k), Some(('o', rel.as_str(), "p")));
         assert_eq!(parse_key("s:0::"), Some(('s', "", "")));
         for bad in ["x:3:isa:p", "o:3isa:p", "o:9:isa:p", "o::isa:p", "o:3:isa"] {
             assert_eq!(parse_key(bad), None, "{bad}");

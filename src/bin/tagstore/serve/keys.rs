@@ -27,6 +27,10 @@ pub struct Key<'a> {
 /// Why a key or member is refused; the text follows `ERR ` in the reply.
 pub type Refusal = String;
 
+/// Digits of `<len>` at most: a relationship may hold up to 65,536 bytes
+/// (`SCAN` lists the keys of any stored tag, and each must parse back).
+pub const MAX_LEN_DIGITS: usize = 5;
+
 /// Parses a key, or says what is wrong with it.
 pub fn parse_key(raw: &[u8]) -> Result<Key<'_>, Refusal> {
     const FORMS: &str =
@@ -49,7 +53,7 @@ pub fn parse_key(raw: &[u8]) -> Result<Key<'_>, Refusal> {
     let len = match digits {
         [] => None,
         [b'0', _, ..] => None, // a leading zero: two spellings of one key
-        d if d.len() <= 3 && d.iter().all(u8::is_ascii_digit) => Some(
+        d if d.len() <= MAX_LEN_DIGITS && d.iter().all(u8::is_ascii_digit) => Some(
             d.iter()
                 .fold(0usize, |n, &c| n * 10 + usize::from(c - b'0')),
         ),
@@ -57,7 +61,7 @@ pub fn parse_key(raw: &[u8]) -> Result<Key<'_>, Refusal> {
     };
     let Some(len) = len else {
         return Err(format!(
-            "malformed key: relationship length '{}' is not a decimal number of at most 3 digits without leading zeros",
+            "malformed key: relationship length '{}' is not a decimal number of at most {MAX_LEN_DIGITS} digits without leading zeros",
             String::from_utf8_lossy(digits).escape_default()
         ));
     };
@@ -241,6 +245,11 @@ mod tests {
         );
         let k = parse_key(b"o:0::").expect("empty rel and name");
         assert_eq!((k.relationship, k.name), ("", ""));
+        // The longest relationship a tag holds has a five-digit length.
+        let rel = "r".repeat(65_536);
+        let long = format!("s:65536:{rel}:x");
+        let k = parse_key(long.as_bytes()).expect("a 65,536-byte relationship");
+        assert_eq!((k.relationship.len(), k.name), (65_536, "x"));
         for (bad, says) in [
             (&b"x:5:photo:p1"[..], "must start with"),
             (b"o5:photo:p1", "must start with"),
@@ -249,7 +258,8 @@ mod tests {
             (b"o::photo:p1", "not a decimal"),
             (b"o:05:photo:p1", "not a decimal"),
             (b"o:+5:photo:p1", "not a decimal"),
-            (b"o:1000:photo:p1", "not a decimal"),
+            (b"o:1000:photo:p1", "does not fit"),
+            (b"o:100000:photo:p1", "not a decimal"),
             (b"o:9:photo:p1", "does not fit"),
             (b"o:8:photo:p1", "does not fit"),
             (b"o:4:photo:p1", "no ':' after the 4-byte"),
