@@ -842,6 +842,9 @@ fn protocol_errors_are_answered_then_the_connection_closes() {
         (&b"*1\r\n+PING\r\n"[..], "expected '$'"),
         (b"*x\r\n", "invalid multibulk length"),
         (b"*1\r\n$-5\r\n", "invalid bulk length"),
+        // Leading zeros, as redis-server refuses them.
+        (b"*1\r\n$04\r\nPING\r\n", "invalid bulk length"),
+        (b"*01\r\n$4\r\nPING\r\n", "invalid multibulk length"),
         (b"*1\r\n$4\r\nPINGxx", "not followed by CRLF"),
         // Refused from the header alone, before the body is sent.
         (

@@ -142,7 +142,14 @@ fn header(buf: &[u8], at: usize, what: &str) -> Result<Option<(i64, usize)>, Pro
         Some((b'-', d)) => (true, d),
         _ => (false, text),
     };
-    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+    // As Redis's `string2ll`: no leading zero, no `-0` (one spelling each).
+    let zero_led = digits.len() > 1 && digits[0] == b'0';
+    if digits.is_empty()
+        || digits.len() > 18
+        || zero_led
+        || (neg && digits == b"0")
+        || !digits.iter().all(u8::is_ascii_digit)
+    {
         return err(format!("Protocol error: invalid {what} length"));
     }
     let n = digits
