@@ -185,6 +185,20 @@ impl Search {
     }
 }
 
+/// True when the stored form (`relationship`, `name`) of a key holds a
+/// tag in `half` (that form's chain alone; the caller holds the read lock).
+pub(super) fn form_holds(st: &State, half: Half, relationship: &str, name: &str) -> Result<bool> {
+    let mut s = Search::at(st, half, relationship, name, Vec::new());
+    let (mut text, mut ends) = (Vec::new(), Vec::new());
+    while !s.walk.done() {
+        s.step(st, BLOCKS_PER_STEP, &mut text, &mut ends)?;
+        if !ends.is_empty() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Appends `slot[field]` to `text`. A short field is copied as a fixed
 /// window of the slot (32 or 64 bytes, then cut to length): a constant-size
 /// copy is a few moves inline, where a copy of any other length calls

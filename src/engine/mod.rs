@@ -9,6 +9,7 @@ mod bulk;
 mod counting;
 mod find;
 mod grow;
+mod key_pages;
 mod keymatch;
 mod long;
 mod ops;
@@ -19,6 +20,7 @@ mod write;
 
 pub use find::{Find, Tags};
 pub use grow::SPLIT_FILL;
+pub use key_pages::KeyPage;
 pub(crate) use ops::BULK_ROUND_MAX;
 pub use options::{BatchOutcome, CreateOptions, OpenOptions};
 pub(crate) use state::State;
