@@ -1272,6 +1272,26 @@ fn refused_arguments_leave_the_store_untouched() {
         }
         assert!(!temp_path(&path).exists());
     }
+    // Bucket sizes alone (the planner chooses the rest): 0 was read as 1.
+    for (bp, bs) in [
+        (Some(0), None),
+        (None, Some(0)),
+        (Some((1 << 16) + 1), None),
+    ] {
+        match Store::maintain(
+            &path,
+            &MaintainOptions {
+                blocks_per_primary: bp,
+                blocks_per_secondary: bs,
+                ..Default::default()
+            },
+            |_, _| {},
+        ) {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("must be 1..="), "{m}"),
+            other => panic!("sizes {bp:?} {bs:?}: expected InvalidArgument, got {other:?}"),
+        }
+        assert!(!temp_path(&path).exists());
+    }
     let out = cli(&[
         "maintain",
         path.to_str().expect("utf-8"),
