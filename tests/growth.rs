@@ -230,3 +230,37 @@ fn finds_after_splits_in_the_same_session_see_every_tag() {
     check(&model, 12_000);
     assert!(splits > 20, "only {splits} splits");
 }
+
+/// Case: `reserve` of more than any store can be created for split one
+/// bucket at a time without end (1e12: minutes, gigabytes of tables and a
+/// file of terabytes), and `reserve(u64::MAX)` overflowed (a panic in a
+/// debug build, nothing done in release). Both are refused at once now,
+/// changing nothing.
+#[test]
+fn reserving_past_the_largest_store_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for written in [false, true] {
+        let s = fresh(&dir);
+        if written {
+            s.insert(&Tag::new("a", "isa", "b")).expect("insert");
+        }
+        let before = (s.geometry(), s.len());
+        let max = Geometry::max_expected_tags(s.geometry().blocks_per_primary);
+        for n in [u64::MAX, 1_000_000_000_000, max + 1] {
+            match s.reserve(n) {
+                Err(tagstore::Error::InvalidArgument(m)) => {
+                    assert!(m.contains(&n.to_string()), "{m}")
+                }
+                other => panic!("reserve({n}): {other:?}"),
+            }
+            assert_eq!(
+                (s.geometry(), s.len()),
+                before,
+                "reserve({n}) changed the store"
+            );
+        }
+        s.close().expect("close");
+        std::fs::remove_file(dir.path().join("g.tags")).expect("remove");
+        let _ = std::fs::remove_file(dir.path().join("g.tags.counts"));
+    }
+}

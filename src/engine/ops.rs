@@ -5,7 +5,7 @@ use super::{BatchOutcome, State, Store};
 use crate::error::{Error, Result};
 use crate::format::long::{marked, shrink, stored_slot};
 use crate::format::tag::encode;
-use crate::format::{Half, SlotBytes, Tag};
+use crate::format::{Geometry, Half, SlotBytes, Tag};
 use crate::pager::Durability;
 use std::sync::atomic::Ordering;
 use std::sync::RwLockWriteGuard;
@@ -166,7 +166,10 @@ impl Store {
     /// Inserts many tags, taking the write lock once per chunk.
     ///
     /// Stops at the first error; tags before it stay inserted and are counted
-    /// in the returned error's companion [`BatchOutcome`].
+    /// in the returned error's companion [`BatchOutcome`]. (So an oversized
+    /// tag in a batch applied tag by tag leaves the tags before it
+    /// inserted, while in a bulk round, below, nothing of the round is
+    /// written: check the outcome, not the batch's size.)
     ///
     /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
     /// room to spare) is written in one round, or in equal rounds of at
@@ -334,8 +337,18 @@ impl Store {
     /// Makes room for about `additional` more tags ahead of a load (the
     /// store splits its buckets now rather than while the tags arrive); a
     /// store never written to takes the layout `expected_tags` would give.
+    /// Room past the most tags a store can be created for is refused.
     pub fn reserve(&self, additional: u64) -> Result<()> {
-        self.write()?.grow_for(additional).map(|_| ())
+        let mut st = self.write()?;
+        let max = Geometry::max_expected_tags(st.index.layout().blocks_per_primary);
+        let total = st.tag_count.saturating_add(additional);
+        if total > max {
+            return Err(Error::InvalidArgument(format!(
+                "cannot reserve room for {additional} more tags: with the {} it holds, a store of this geometry takes at most {max}",
+                st.tag_count
+            )));
+        }
+        st.grow_for(additional).map(|_| ())
     }
 
     /// About how many of `of` tags drawn like `sample` the store does not

@@ -117,7 +117,7 @@ impl State {
             let l = self.index.geometry();
             let cap = l.buckets_per_half() as f64 * l.primary_capacity() as f64;
             let limit = SPLIT_FILL * cap + l.allowance as f64;
-            if !l.grows() || (self.tag_count + extra) as f64 <= limit {
+            if !l.grows() || self.tag_count.saturating_add(extra) as f64 <= limit {
                 break;
             }
             if l.buckets_per_half() >= crate::format::geometry::MAX_PRIMARY_PER_HALF
