@@ -3,7 +3,9 @@
 //! Each step takes the store's read lock for a few blocks only, so writers
 //! interleave with long FINDs. A tag present for the whole iteration is
 //! returned exactly once (tags never move while the store is open); a tag
-//! inserted or deleted meanwhile may or may not appear.
+//! inserted or deleted meanwhile may or may not appear, and one deleted
+//! and inserted again meanwhile may appear twice (its new slot lies past
+//! the walk's place): collect into a set where that matters.
 
 use super::keymatch::KeyMatch;
 use super::state::State;
@@ -462,6 +464,10 @@ impl Iterator for Tags<'_> {
 
 impl Store {
     /// FIND <object, relationship, *>: streams the subjects.
+    ///
+    /// A subject stored throughout comes once; one inserted or deleted
+    /// while the stream runs may or may not, and one deleted and inserted
+    /// again meanwhile may come twice.
     pub fn find_subjects(&self, object: &str, relationship: &str) -> Find<'_> {
         Find::new(self, Half::Object, relationship, object)
     }

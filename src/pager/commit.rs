@@ -12,8 +12,11 @@ use std::sync::Arc;
 
 /// When changes become durable (survive a power cut).
 ///
-/// Every mode survives a crash of the process (`kill -9`): the next open
-/// completes or removes the interrupted tag. The modes differ on power loss.
+/// A crash of the process (`kill -9`) never tears a tag: the next open
+/// completes or removes the interrupted one. With `Immediate` and `None`
+/// every change that returned survives it; with `OnSync` changes wait in
+/// memory for `Store::sync`, so a crash loses those not yet synced. The
+/// modes differ on power loss.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Durability {
     /// Each INSERT/DELETE call is durable when it returns: its block changes are
@@ -21,7 +24,8 @@ pub enum Durability {
     Immediate,
     /// Changes are journaled in memory and become durable together at the next
     /// `Store::sync` (group commit: many writers, one flush). Changes not yet
-    /// synced are lost on a crash, wholly, tag by tag.
+    /// synced are lost on a crash of the process or a power cut, wholly,
+    /// tag by tag.
     OnSync,
     /// Left to the OS: changes go straight to the mapped file and are durable
     /// after `Store::sync` or close (SQLite `synchronous=OFF`, redb `None`).
