@@ -98,3 +98,52 @@ fn a_half_only_store_lists_the_halves_it_holds() {
     assert!(store.key_page(Half::Object, u64::MAX >> 1, 1).is_err());
     store.close().expect("close");
 }
+
+/// Case (found by review): a key stored in two forms (a 120-byte object
+/// inline beside a short subject, by reference beside a long one) was left
+/// out of a page that read its reference form first: the answer "not
+/// listed from this form" was cached for the key, then reused for its
+/// first form. Seeds vary which bucket a page reads first.
+#[test]
+fn a_key_in_two_stored_forms_is_listed_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let object = "o".repeat(120);
+    for seed in 0..24u64 {
+        let p = dir.path().join(format!("f{seed}.tags"));
+        let store = Store::create(
+            &p,
+            &CreateOptions {
+                seed: Some(seed),
+                ..CreateOptions::default()
+            },
+        )
+        .expect("create");
+        store
+            .insert(&Tag::new(object.as_str(), "isa", "S".repeat(100)))
+            .expect("insert by reference");
+        store
+            .insert(&Tag::new(object.as_str(), "isa", "s1"))
+            .expect("insert inline");
+        for t in 0..50 {
+            store
+                .insert(&Tag::new(format!("x{t}"), "isa", "s1"))
+                .expect("insert");
+        }
+        let want: BTreeSet<(String, String)> = store
+            .tags()
+            .map(|t| {
+                let t = t.expect("tag");
+                (t.relationship, t.object)
+            })
+            .collect();
+        assert!(want.contains(&("isa".to_owned(), object.clone())));
+        for page in [1, 100_000] {
+            assert_eq!(
+                paged_keys(&store, Half::Object, page),
+                want,
+                "seed {seed}, pages of {page}"
+            );
+        }
+        store.close().expect("close");
+    }
+}

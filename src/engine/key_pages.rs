@@ -23,6 +23,10 @@ use crate::format::{Half, Layout};
 use crate::index::ChainWalk;
 use std::collections::{HashMap, HashSet};
 
+/// Buckets a page reads at most, whatever it is asked: the page holds the
+/// read lock while it reads them (about 300,000 tags at the default fill).
+const MAX_PAGE_BUCKETS: usize = 4096;
+
 /// One page of a half's keys.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyPage {
@@ -101,8 +105,10 @@ impl Store {
     ///
     /// A key stored throughout a scan is returned exactly once, even if the
     /// store grows between pages; a key added or removed meanwhile may or
-    /// may not be. A page costs the tags of the buckets it reads, not the
-    /// store's.
+    /// may not be, and so may a key longer than a slot allows inline whose
+    /// tags move between its stored forms meanwhile (its first form
+    /// emptied or filled: DESIGN.md §17). A page costs the tags of the
+    /// buckets it reads (at most 4,096), not the store's.
     pub fn key_page(&self, half: Half, cursor: u64, want: usize) -> Result<KeyPage> {
         let _reading = Reading::new(self);
         let st = self.read();
@@ -120,14 +126,17 @@ impl Store {
         }
         let mut page = KeyPage::default();
         let mut seen: HashSet<(String, String)> = HashSet::new();
-        let mut canonical: HashMap<(String, String), bool> = HashMap::new();
+        let mut canonical: HashMap<(String, String), usize> = HashMap::new();
         let mut buckets = 0usize;
         loop {
             let (b, v) = shape.bucket(&l, r, t);
             keys_of_bucket(&st, half, b, v, &mut seen, &mut canonical, &mut page.keys)?;
             buckets += 1;
             let next = advance(r, t, shape.bits, shape.residues);
-            if next == 0 || buckets >= want.max(1) || page.keys.len() >= want.max(1) {
+            if next == 0
+                || buckets >= want.clamp(1, MAX_PAGE_BUCKETS)
+                || page.keys.len() >= want.max(1)
+            {
                 page.next = next;
                 return Ok(page);
             }
@@ -144,7 +153,7 @@ fn keys_of_bucket(
     b: u32,
     v: Option<u64>,
     seen: &mut HashSet<(String, String)>,
-    canonical: &mut HashMap<(String, String), bool>,
+    canonical: &mut HashMap<(String, String), usize>,
     out: &mut Vec<(String, String)>,
 ) -> Result<()> {
     let l = st.index.layout();
@@ -175,15 +184,16 @@ fn keys_of_bucket(
             }
             // A long key may be stored in several forms, each in its own
             // bucket: it is listed from the first form holding a tag.
+            let (forms, at) = key_forms(st, &key, stored);
             let first = match canonical.get(&key) {
                 Some(&f) => f,
                 None => {
-                    let f = listed_here(st, half, &key, stored)?;
+                    let f = first_holding(st, half, &forms, at)?;
                     canonical.insert(key.clone(), f);
                     f
                 }
             };
-            if first {
+            if at.is_none_or(|at| at == first) {
                 seen.insert(key.clone());
                 out.push(key);
             }
@@ -192,32 +202,40 @@ fn keys_of_bucket(
     Ok(())
 }
 
-/// True when `stored` is the first of the key's stored forms that holds a
-/// tag (the only form, for every key without long strings).
-fn listed_here(
+/// The stored forms of `key`, in the order that picks the one it is
+/// listed from, and where `stored` stands among them (one form, `(key,
+/// Some(0))`, for every key without long strings).
+fn key_forms(
     st: &State,
-    half: Half,
     key: &(String, String),
     stored: (&str, &str),
-) -> Result<bool> {
+) -> (Vec<(String, String)>, Option<usize>) {
     let (rel, name) = (key.0.as_str(), key.1.as_str());
     let mut forms: Vec<(String, String)> = Vec::new();
     if rel.len() <= MAX_TAG_BYTES && name.len() <= MAX_TAG_BYTES {
         forms.push((rel.to_owned(), name.to_owned()));
     }
     forms.extend(st.other_key_forms(rel, name));
-    let Some(at) = forms
+    let at = forms
         .iter()
-        .position(|(r, n)| r == stored.0 && n == stored.1)
-    else {
-        return Ok(true);
-    };
-    for (r, n) in &forms[..at] {
-        if form_holds(st, half, r, n)? {
-            return Ok(false);
+        .position(|(r, n)| r == stored.0 && n == stored.1);
+    (forms, at)
+}
+
+/// The first of `forms` that holds a tag (the one at `at` does: a tag
+/// stored in it is being read).
+fn first_holding(
+    st: &State,
+    half: Half,
+    forms: &[(String, String)],
+    at: Option<usize>,
+) -> Result<usize> {
+    for (j, (r, n)) in forms.iter().enumerate() {
+        if Some(j) == at || form_holds(st, half, r, n)? {
+            return Ok(j);
         }
     }
-    Ok(true)
+    Ok(at.unwrap_or(0))
 }
 
 #[cfg(test)]

@@ -342,7 +342,7 @@ impl Store {
         let mut st = self.write()?;
         let max = Geometry::max_expected_tags(st.index.layout().blocks_per_primary);
         let total = st.tag_count.saturating_add(additional);
-        if total > max {
+        if additional > 0 && total > max {
             return Err(Error::InvalidArgument(format!(
                 "cannot reserve room for {additional} more tags: with the {} it holds, a store of this geometry takes at most {max}",
                 st.tag_count
