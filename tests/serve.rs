@@ -813,6 +813,17 @@ fn errors_keep_the_connection_and_name_the_problem() {
         c.call(&["SSCAN", "o:5:photo:p1", "x"]).err_text(),
         "ERR invalid cursor"
     );
+    // A negative cursor reads as Redis's `strtoul` reads it (-1: the
+    // largest), past every page: the scan ends, as redis-server answers.
+    assert_eq!(c.call(&["SADD", "o:5:photo:p1", "m"]), R::Int(1));
+    for cmd in [&["SSCAN", "o:5:photo:p1", "-1"][..], &["SCAN", "-1"][..]] {
+        assert_eq!(
+            c.call(cmd),
+            R::Arr(vec![R::bulk("0"), R::Arr(vec![])]),
+            "{cmd:?}"
+        );
+    }
+    assert_eq!(c.call(&["SREM", "o:5:photo:p1", "m"]), R::Int(1));
     assert_eq!(
         c.call(&["SSCAN", "o:5:photo:p1", "0", "COUNT", "0"])
             .err_text(),

@@ -176,9 +176,14 @@ fn page_reply(out: &mut Vec<u8>, items: &[String], next: u64) {
 
 /// `cursor [MATCH pattern] [COUNT n]` of SCAN and SSCAN.
 fn scan_options<'a>(args: &[&'a [u8]]) -> Result<(u64, Option<&'a [u8]>, usize), Failure> {
+    // As Redis's `strtoul`: a leading '-' negates modulo 2^64 (`-1` is the
+    // largest cursor, past every page: the scan ends).
     let cursor = std::str::from_utf8(args[0])
         .ok()
-        .and_then(|c| c.parse::<u64>().ok())
+        .and_then(|c| match c.strip_prefix('-') {
+            Some(n) => n.parse::<u64>().ok().map(u64::wrapping_neg),
+            None => c.parse::<u64>().ok(),
+        })
         .ok_or_else(|| "invalid cursor".to_owned())?;
     let (mut pattern, mut count) = (None, 10usize);
     let mut opts = args[1..].chunks(2);
