@@ -113,9 +113,11 @@ pub fn spop(
     out: &mut Vec<u8>,
 ) -> Result<(), Failure> {
     let key = keys::parse_key(rest[0])?;
-    let n = count(rest)?;
+    // Redis 7.0 answers a count that is no integer as one below zero.
+    const NOT_POSITIVE: &str = "value is out of range, must be positive";
+    let n = count(rest).map_err(|_| Failure::from(NOT_POSITIVE.to_owned()))?;
     if n.is_some_and(|n| n < 0) {
-        return Err("value is out of range, must be positive".to_owned().into());
+        return Err(NOT_POSITIVE.to_owned().into());
     }
     let mut members = keys::member_list(ctx.store, &key)?;
     let k = match n {
@@ -150,9 +152,13 @@ pub fn spop(
 pub fn smove(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(), Failure> {
     let (src, dst) = (keys::parse_key(rest[0])?, keys::parse_key(rest[1])?);
     let m = keys::member(rest[2])?;
-    keys::check_fits(&dst, m)?;
     let store = ctx.store;
+    // A member the source lacks (one too large to be stored, say) is not
+    // moved: 0, as Redis answers; one it holds must fit the destination.
     let present = keys::contains(store, &src, m)?;
+    if present {
+        keys::check_fits(&dst, m)?;
+    }
     if present && src != dst {
         keys::apply(store, src.half, &keys::tag(&src, m), Change::Remove)?;
         keys::apply(store, dst.half, &keys::tag(&dst, m), Change::Add)?;
