@@ -28,6 +28,9 @@ use std::collections::{HashMap, HashSet};
 /// 4,096 stalled a node's other clients up to 0.4 s under `COUNT 100000`).
 const MAX_PAGE_BUCKETS: usize = 512;
 
+/// A key: (relationship, object or subject).
+type Key = (String, String);
+
 /// One page of a half's keys.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KeyPage {
@@ -43,14 +46,14 @@ fn split_cursor(c: u64) -> (u32, u32) {
     ((c >> 32) as u32, c as u32)
 }
 
+/// The low `bits` bits of a `u32`.
+fn mask(bits: u32) -> u32 {
+    u32::MAX.checked_shr(32 - bits.min(32)).unwrap_or(0)
+}
+
 /// The cursor after `(r, t)` over `bits` bits of `q`: 0 past the last.
 fn advance(r: u32, t: u32, bits: u32, residues: u32) -> u64 {
-    let mask = if bits >= 32 {
-        u32::MAX
-    } else {
-        (1u32 << bits) - 1
-    };
-    let t = ((t | !mask).reverse_bits().wrapping_add(1)).reverse_bits();
+    let t = ((t | !mask(bits)).reverse_bits().wrapping_add(1)).reverse_bits();
     match (t, r + 1 < residues) {
         (0, true) => u64::from(r + 1) << 32,
         (0, false) => 0,
@@ -68,16 +71,10 @@ struct Shape {
 
 impl Shape {
     fn of(l: &Layout) -> Shape {
-        match l.grows() {
+        Shape {
+            residues: l.base,
             // A store that does not grow: its buckets, one after another.
-            false => Shape {
-                residues: l.base,
-                bits: 0,
-            },
-            true => Shape {
-                residues: l.base,
-                bits: l.level + 1,
-            },
+            bits: if l.grows() { l.level + 1 } else { 0 },
         }
     }
 
@@ -86,12 +83,7 @@ impl Shape {
         if !l.grows() {
             return (r, None);
         }
-        let mask = if self.bits >= 32 {
-            u32::MAX
-        } else {
-            (1u32 << self.bits) - 1
-        };
-        let v = u64::from(r) + u64::from(l.base) * u64::from(t & mask);
+        let v = u64::from(r) + u64::from(l.base) * u64::from(t & mask(self.bits));
         let m = u64::from(l.base) << l.level;
         let b = v % m;
         let physical = if b < u64::from(l.split) { v } else { b };
@@ -123,7 +115,7 @@ impl Store {
         }
         let mut page = KeyPage::default();
         let mut seen: HashSet<(String, String)> = HashSet::new();
-        let mut canonical: HashMap<(String, String), usize> = HashMap::new();
+        let mut canonical = HashMap::new();
         let mut buckets = 0usize;
         loop {
             let (b, v) = shape.bucket(&l, r, t);
@@ -150,7 +142,7 @@ fn keys_of_bucket(
     b: u32,
     v: Option<u64>,
     seen: &mut HashSet<(String, String)>,
-    canonical: &mut HashMap<(String, String), usize>,
+    canonical: &mut HashMap<Key, (Vec<Key>, usize)>,
     out: &mut Vec<(String, String)>,
 ) -> Result<()> {
     let l = st.index.layout();
@@ -180,17 +172,17 @@ fn keys_of_bucket(
                 continue;
             }
             // A long key may be stored in several forms, each in its own
-            // bucket: it is listed from the first form holding a tag.
-            let (forms, at) = key_forms(st, &key, stored);
-            let first = match canonical.get(&key) {
-                Some(&f) => f,
-                None => {
-                    let f = first_holding(st, half, &forms, at)?;
-                    canonical.insert(key.clone(), f);
-                    f
-                }
-            };
-            if at.is_none_or(|at| at == first) {
+            // bucket: it is listed from the first form holding a tag (its
+            // forms and that one found once per page, not per tag).
+            if !canonical.contains_key(&key) {
+                let forms = key_forms(st, &key);
+                let first = first_holding(st, half, &forms, position(&forms, stored))?;
+                canonical.insert(key.clone(), (forms, first));
+            }
+            let listed = canonical
+                .get(&key)
+                .is_none_or(|(forms, first)| position(forms, stored).is_none_or(|at| at == *first));
+            if listed {
                 seen.insert(key.clone());
                 out.push(key);
             }
@@ -200,23 +192,22 @@ fn keys_of_bucket(
 }
 
 /// The stored forms of `key`, in the order that picks the one it is
-/// listed from, and where `stored` stands among them (one form, `(key,
-/// Some(0))`, for every key without long strings).
-fn key_forms(
-    st: &State,
-    key: &(String, String),
-    stored: (&str, &str),
-) -> (Vec<(String, String)>, Option<usize>) {
+/// listed from (the key alone, for every key without long strings).
+fn key_forms(st: &State, key: &(String, String)) -> Vec<(String, String)> {
     let (rel, name) = (key.0.as_str(), key.1.as_str());
     let mut forms: Vec<(String, String)> = Vec::new();
     if rel.len() <= MAX_TAG_BYTES && name.len() <= MAX_TAG_BYTES {
         forms.push((rel.to_owned(), name.to_owned()));
     }
     forms.extend(st.other_key_forms(rel, name));
-    let at = forms
+    forms
+}
+
+/// Where the stored form `stored` stands among `forms`.
+fn position(forms: &[(String, String)], stored: (&str, &str)) -> Option<usize> {
+    forms
         .iter()
-        .position(|(r, n)| r == stored.0 && n == stored.1);
-    (forms, at)
+        .position(|(r, n)| r == stored.0 && n == stored.1)
 }
 
 /// The first of `forms` that holds a tag (the one at `at` does: a tag
