@@ -43,17 +43,16 @@ pub fn page(
                 .filter(|k| pattern.is_none_or(|pat| glob(pat, k.as_bytes()))),
         );
         cursor = match (p.next, half) {
-            // The object half done with room left: the subject half's
-            // first buckets in the same page.
-            (0, Half::Object) if keys.len() < count => {
-                cursor = SUBJECT;
-                continue;
-            }
             (0, Half::Object) => SUBJECT,
             (0, Half::Subject) => 0,
             (n, Half::Object) => n,
             (n, Half::Subject) => n | SUBJECT,
         };
+        // The object half done with room left: the subject half's first
+        // buckets in the same page.
+        if cursor == SUBJECT && keys.len() < count {
+            continue;
+        }
         return Ok((keys, cursor));
     }
 }
