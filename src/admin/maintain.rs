@@ -78,7 +78,12 @@ impl Store {
         options: &MaintainOptions,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<MaintainReport> {
-        check_bucket_sizes(options)?;
+        // Out of range, refused up front as `create` refuses them (the
+        // planner read 0 blocks per primary bucket as 1).
+        crate::format::geometry::check_bucket_blocks(
+            options.blocks_per_primary,
+            options.blocks_per_secondary,
+        )?;
         // Through a symlink, rewrite the target, never replace the link.
         let path = &resolve(path.as_ref())?;
         let started = Instant::now();
@@ -305,23 +310,6 @@ fn release_in_background(last: Option<std::fs::File>) {
 #[cfg(feature = "test-hooks")]
 pub fn planned_geometry(old: &Store, o: &MaintainOptions) -> Result<Geometry> {
     Ok(plan(old, old.is_half_only(), o, false)?.0)
-}
-
-/// Refuses bucket sizes out of range up front, as `create` does (the
-/// planner read 0 blocks per primary bucket as 1).
-fn check_bucket_sizes(o: &MaintainOptions) -> Result<()> {
-    use crate::format::geometry::MAX_BLOCKS_PER_BUCKET;
-    for (name, v) in [
-        ("blocks per primary bucket", o.blocks_per_primary),
-        ("blocks per secondary bucket", o.blocks_per_secondary),
-    ] {
-        if let Some(v) = v.filter(|&v| v == 0 || v > MAX_BLOCKS_PER_BUCKET) {
-            return Err(Error::InvalidArgument(format!(
-                "{name} must be 1..={MAX_BLOCKS_PER_BUCKET}, got {v}"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// [`planned_geometry`] of a store known to be half-only or not; with

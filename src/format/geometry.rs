@@ -27,6 +27,22 @@ pub const DEFAULT_BLOCKS_PER_SECONDARY: u32 = 16;
 /// Default expected tag count when none is given: none, the store starts
 /// with one bucket per half and grows.
 pub const DEFAULT_EXPECTED_TAGS: u64 = 0;
+/// Checks the blocks per primary and per secondary bucket given; names
+/// the one out of range.
+pub fn check_bucket_blocks(primary: Option<u32>, secondary: Option<u32>) -> Result<()> {
+    for (name, v) in [
+        ("blocks per primary bucket", primary),
+        ("blocks per secondary bucket", secondary),
+    ] {
+        if let Some(v) = v.filter(|&v| v == 0 || v > MAX_BLOCKS_PER_BUCKET) {
+            return Err(Error::InvalidArgument(format!(
+                "{name} must be 1..={MAX_BLOCKS_PER_BUCKET}, got {v}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Target mean fill of a primary bucket at the expected tag count.
 pub const TARGET_PRIMARY_FILL: f64 = 0.7;
 
@@ -89,17 +105,10 @@ impl Geometry {
                 self.primary_buckets_per_half
             )));
         }
-        for (name, v) in [
-            ("blocks per primary bucket", self.blocks_per_primary),
-            ("blocks per secondary bucket", self.blocks_per_secondary),
-        ] {
-            if v == 0 || v > MAX_BLOCKS_PER_BUCKET {
-                return Err(Error::InvalidArgument(format!(
-                    "{name} must be 1..={MAX_BLOCKS_PER_BUCKET}, got {v}"
-                )));
-            }
-        }
-        Ok(())
+        check_bucket_blocks(
+            Some(self.blocks_per_primary),
+            Some(self.blocks_per_secondary),
+        )
     }
 
     /// Total primary buckets (both halves).
