@@ -40,6 +40,8 @@ fn ok(args: &[&str]) -> String {
 /// A node: its store, its port (kept across restarts) and its process.
 struct Node {
     store: PathBuf,
+    /// `serve`'s extra options (`--half-only`, or none: whole tags).
+    mode: &'static [&'static str],
     port: u16,
     kid: usize,
 }
@@ -55,6 +57,11 @@ struct Cluster {
 impl Cluster {
     /// `n` serve nodes (proxy not yet started).
     fn nodes(dir: &Path, n: usize) -> Cluster {
+        Cluster::nodes_with(dir, n, &["--half-only"])
+    }
+
+    /// `n` serve nodes started with `mode`.
+    fn nodes_with(dir: &Path, n: usize, mode: &'static [&'static str]) -> Cluster {
         let mut c = Cluster {
             kids: Kids::default(),
             nodes: Vec::new(),
@@ -67,6 +74,7 @@ impl Cluster {
             let store = dir.join(format!("node{i}.tags"));
             c.nodes.push(Node {
                 store,
+                mode,
                 port: 0,
                 kid: 0,
             });
@@ -79,7 +87,7 @@ impl Cluster {
     fn start_node(&mut self, i: usize, port: Option<u16>) {
         for _ in 0..50 {
             let p = port.unwrap_or_else(free_port);
-            let child = spawn_serve_with(&self.nodes[i].store, p, &["--half-only"]);
+            let child = spawn_serve_with(&self.nodes[i].store, p, self.nodes[i].mode);
             if keep_if_up(&mut self.kids, p, child) {
                 self.nodes[i].port = p;
                 self.nodes[i].kid = self.kids.0.len() - 1;
@@ -163,6 +171,22 @@ fn write(c: &mut Conn, tags: &[Tag], o: bool, s: bool) {
             match c.reply().expect("proxy reply") {
                 Reply::Int(_) => {}
                 other => panic!("SADD through the proxy: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Deletes tags through the proxy as a client does: `s` half, then `o`.
+fn unwrite(c: &mut Conn, tags: &[Tag]) {
+    for chunk in tags.chunks(500) {
+        for t in chunk {
+            c.send(&[b"SREM", s_key(t).as_bytes(), t.object.as_bytes()]);
+            c.send(&[b"SREM", o_key(t).as_bytes(), t.subject.as_bytes()]);
+        }
+        for _ in 0..2 * chunk.len() {
+            match c.reply().expect("proxy reply") {
+                Reply::Int(_) => {}
+                other => panic!("SREM through the proxy: {other:?}"),
             }
         }
     }
@@ -487,4 +511,131 @@ fn reshard_three_to_four_nodes() {
         repair.ends_with("would add 0 missing s members, would remove 0 orphan s members\n"),
         "{repair}"
     );
+}
+
+/// The number before `word` in `line`.
+fn count_in(line: &str, word: &str) -> usize {
+    let at = line
+        .find(word)
+        .unwrap_or_else(|| panic!("{word} in {line}"));
+    line[..at].rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// Regression: copies were made by SADD alone, so a tag deleted after the
+/// first copy came back, from the new node (deleted before the proxy
+/// switch) or from the old one (after it, `--remove` copied it again):
+/// found by a review at 600,000 tags. Now each copy applies what changed
+/// on the old nodes since the last, adds and deletes, and `--remove` only
+/// the adds.
+#[test]
+fn reshard_keeps_deletes_made_while_it_runs() {
+    reshard_with_writes_between(&["--half-only"]);
+}
+
+/// As above, on nodes that keep whole tags (a delta's SREM on a new node
+/// also drops the tag's other half there).
+#[test]
+fn reshard_keeps_deletes_made_while_it_runs_on_whole_tag_nodes() {
+    reshard_with_writes_between(&[]);
+}
+
+fn reshard_with_writes_between(mode: &'static [&'static str]) {
+    if !have_tools("cluster_tools", &["nutcracker"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::nodes_with(tmp.path(), 4, mode);
+    let old = c.start_proxy(3, "old.yml");
+    let old = old.to_str().unwrap().to_owned();
+    let tags = make_tags(29, 5000);
+    write(&mut c.conn(), &tags, true, true);
+    let mut truth: BTreeSet<Tag> = tags.iter().cloned().collect();
+    let new_path = tmp.path().join("new.yml");
+    fs::write(&new_path, c.config(4, free_port())).unwrap();
+    let new = new_path.to_str().unwrap().to_owned();
+    let record = tmp.path().join("new.yml.reshard");
+    let more: Vec<Tag> = make_tags(31, 3000)
+        .into_iter()
+        .filter(|t| !truth.contains(t))
+        .collect();
+    let (add1, rest) = more.split_at(more.len() / 2);
+    let (tail, add2) = rest.split_at(200);
+    let mut gone: Vec<Tag> = Vec::new();
+
+    ok(&["cluster", "reshard", &old, &new]);
+    assert!(record.exists(), "no record beside the new config");
+    // Writes go on under the old config: deletes and adds, then a copy.
+    let del1: Vec<Tag> = tags.iter().step_by(7).cloned().collect();
+    unwrite(&mut c.conn(), &del1);
+    write(&mut c.conn(), add1, true, true);
+    let second = ok(&["cluster", "reshard", &old, &new]);
+    eprintln!("second copy:\n{second}");
+    let line = second.lines().last().unwrap();
+    assert!(count_in(line, " members,") > 0, "{line}");
+    assert!(count_in(line, " the old nodes lost") > 0, "{line}");
+    for t in &del1 {
+        truth.remove(t);
+    }
+    truth.extend(add1.iter().cloned());
+    gone.extend(del1);
+    // The tail: adds after the last copy, before the switch (copied by
+    // --remove).
+    write(&mut c.conn(), tail, true, true);
+    truth.extend(tail.iter().cloned());
+    // Switch, then writes under the new config: deletes of tags copied
+    // (and of some just added), adds.
+    let k = c.kids.0.len() - 1;
+    c.kids.0[k].kill().unwrap();
+    c.kids.0[k].wait().unwrap();
+    c.start_proxy(4, "new.yml");
+    // (Not of the tail's: a tag added after the last copy and deleted
+    // after the switch comes back, which a pause of writes from the last
+    // copy to the switch avoids, as README says.)
+    let del2: Vec<Tag> = truth
+        .iter()
+        .filter(|t| !tail.contains(t))
+        .skip(3)
+        .step_by(5)
+        .cloned()
+        .collect();
+    unwrite(&mut c.conn(), &del2);
+    write(&mut c.conn(), add2, true, true);
+    for t in &del2 {
+        truth.remove(t);
+    }
+    truth.extend(add2.iter().cloned());
+    gone.extend(del2);
+    let kept = fs::read_to_string(&record).unwrap();
+    let removed = ok(&["cluster", "reshard", &old, &new, "--remove"]);
+    eprintln!("reshard --remove:\n{removed}");
+    let line = removed.lines().rev().nth(1).unwrap();
+    assert!(count_in(line, " members written") > 0, "{line}");
+    assert!(!record.exists(), "the record outlived --remove");
+    let reference = reference(tmp.path(), &truth);
+    same_finds(&mut c.conn(), &reference, &truth, &gone);
+
+    // A copy after --remove started would read the removals as deletes.
+    let removing = kept.replace("state copying", "state removing");
+    assert_ne!(removing, kept);
+    fs::write(&record, &removing).unwrap();
+    let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("--remove of this reshard has started"),
+        "{err}"
+    );
+    // A record of another pair of configurations is not used.
+    let (code, _, err) = tagstore(&["cluster", "reshard", &new, &old, "--record"]);
+    assert_ne!(code, 0, "{err}");
+    let (code, _, err) = tagstore(&[
+        "cluster",
+        "reshard",
+        &new,
+        &old,
+        "--record",
+        record.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("belongs to a reshard between other"), "{err}");
+    assert_eq!(fs::read_to_string(&record).unwrap(), removing);
 }

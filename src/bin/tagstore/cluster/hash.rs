@@ -57,7 +57,6 @@ impl Hash {
     }
 
     /// The name as written in the configuration.
-    #[cfg(test)]
     pub fn name(self) -> &'static str {
         NAMES
             .iter()

@@ -4,14 +4,17 @@
 //!
 //! `config.rs` reads the YAML, `hash.rs` the key hashes, `ketama.rs` the
 //! ring; this file is the `tagstore ring` command. `tools.rs` is `tagstore
-//! cluster cloud|repair|reshard`, which do talk to the nodes, through the
-//! RESP client of `client.rs`.
+//! cluster cloud|repair`, which do talk to the nodes, through the RESP
+//! client of `client.rs`; `reshard.rs` is `cluster reshard`, with the record
+//! of its copies in `record.rs`.
 
 pub mod client;
 pub mod config;
 pub mod hash;
 pub mod ketama;
 pub mod moved;
+pub mod record;
+pub mod reshard;
 pub mod tools;
 
 use crate::out::{say, Out};

@@ -32,7 +32,7 @@ pub enum ClusterCmd {
     Repair(RepairArgs),
     /// Copy the keys whose node changes from OLD_CONFIG to NEW_CONFIG to
     /// their new node; with --remove, delete them from their old node.
-    Reshard(ReshardArgs),
+    Reshard(super::reshard::ReshardArgs),
 }
 
 /// Options every cluster tool takes.
@@ -40,10 +40,10 @@ pub enum ClusterCmd {
 pub struct Common {
     /// The pool to use when the file defines several.
     #[arg(long)]
-    pool: Option<String>,
+    pub(super) pool: Option<String>,
     /// Seconds to wait for a node to accept a connection or answer.
     #[arg(long, default_value_t = 30)]
-    timeout: u64,
+    pub(super) timeout: u64,
 }
 
 #[derive(Args)]
@@ -67,38 +67,24 @@ pub struct RepairArgs {
     common: Common,
 }
 
-#[derive(Args)]
-pub struct ReshardArgs {
-    /// The configuration nutcracker runs now.
-    old_config: PathBuf,
-    /// The configuration with the new node(s).
-    new_config: PathBuf,
-    /// Delete the moved keys from their old nodes (run once nutcracker runs
-    /// on NEW_CONFIG).
-    #[arg(long)]
-    remove: bool,
-    #[command(flatten)]
-    common: Common,
-}
-
 /// Runs a cluster subcommand.
 pub fn run(cmd: &ClusterCmd, out: &mut Out) -> Result<(), String> {
     match cmd {
         ClusterCmd::Cloud(a) => cloud(a, out),
         ClusterCmd::Repair(a) => repair(a, out),
-        ClusterCmd::Reshard(a) => reshard(a, out),
+        ClusterCmd::Reshard(a) => super::reshard::reshard(a, out),
     }
 }
 
 /// A pool's nodes, connected, with the ring that places keys on them.
-struct Cluster {
-    ring: Ring,
+pub(super) struct Cluster {
+    pub(super) ring: Ring,
     labels: Vec<String>,
-    nodes: Vec<Client>,
+    pub(super) nodes: Vec<Client>,
 }
 
 impl Cluster {
-    fn connect(pool: &Pool, timeout: u64) -> Result<Cluster, String> {
+    pub(super) fn connect(pool: &Pool, timeout: u64) -> Result<Cluster, String> {
         let t = Duration::from_secs(timeout.max(1));
         let nodes = pool
             .servers
@@ -116,7 +102,7 @@ impl Cluster {
     }
 
     /// The keys matching `pattern` that node `i` owns (shadows left out).
-    fn owned(&mut self, i: usize, pattern: &str) -> Result<Vec<String>, String> {
+    pub(super) fn owned(&mut self, i: usize, pattern: &str) -> Result<Vec<String>, String> {
         let keys = self.nodes[i].scan_all(pattern)?;
         Ok(keys
             .into_iter()
@@ -137,7 +123,7 @@ impl Cluster {
 }
 
 /// A key taken apart: (`o` or `s`, relationship, name).
-fn parse_key(k: &str) -> Option<(char, &str, &str)> {
+pub(super) fn parse_key(k: &str) -> Option<(char, &str, &str)> {
     let half = k.chars().next().filter(|c| *c == 'o' || *c == 's')?;
     let rest = k.get(1..)?.strip_prefix(':')?;
     let (len, rest) = rest.split_once(':')?;
@@ -152,7 +138,7 @@ fn parse_key(k: &str) -> Option<(char, &str, &str)> {
 }
 
 /// The key of a half.
-fn key(half: char, rel: &str, name: &str) -> String {
+pub(super) fn key(half: char, rel: &str, name: &str) -> String {
     format!("{half}:{}:{rel}:{name}", rel.len())
 }
 
@@ -327,112 +313,6 @@ fn repair(a: &RepairArgs, out: &mut Out) -> Result<(), String> {
         "{verb} {added} missing s members, {verb2} {removed} orphan s members"
     );
     Ok(())
-}
-
-/// `tagstore cluster reshard`.
-fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
-    let old = load_pool(&a.old_config, a.common.pool.as_deref())?;
-    let new = load_pool(&a.new_config, a.common.pool.as_deref())?;
-    let mut c_old = Cluster::connect(&old, a.common.timeout)?;
-    let mut c_new = Cluster::connect(&new, a.common.timeout)?;
-    // A node is the same node in both files when its address is.
-    let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
-    let new_index: BTreeMap<String, usize> =
-        (0..new.servers.len()).map(|j| (addr(&new, j), j)).collect();
-    let (mut total, mut moved) = (0usize, 0usize);
-    // Per new node: keys moved in; per old node: moved out.
-    let mut moved_in = vec![0usize; new.servers.len()];
-    let mut moved_out = vec![0usize; old.servers.len()];
-    let (mut removed, mut kept) = (0usize, 0usize);
-    for (i, out_i) in moved_out.iter_mut().enumerate() {
-        let whole = a.remove && c_old.nodes[i].keeps_whole_tags()?;
-        let sets = c_old.owned_sets_of(i)?;
-        let mut srem: Vec<Vec<Vec<u8>>> = Vec::new();
-        let mut sadd: Vec<Vec<Vec<Vec<u8>>>> = vec![Vec::new(); new.servers.len()];
-        for (k, members) in sets {
-            // Emptied since it was listed: nothing to move.
-            if members.is_empty() {
-                continue;
-            }
-            total += 1;
-            let j = c_new.ring.locate(k.as_bytes());
-            if new_index.get(&addr(&old, i)) == Some(&j) {
-                continue;
-            }
-            moved += 1;
-            moved_in[j] += 1;
-            *out_i += 1;
-            let mut cmd = vec![b"SADD".to_vec(), k.as_bytes().to_vec()];
-            cmd.extend(members.iter().map(|m| m.as_bytes().to_vec()));
-            sadd[j].push(cmd);
-            if a.remove {
-                // A node that keeps whole tags removes the tag's other half
-                // with a member, so the member stays when that other half's
-                // key stays on this node under the new placement. A
-                // half-only node keeps each half apart: every moved member
-                // goes (kept, it would be a stale copy that a later
-                // reshard or repair brings back after a delete).
-                let here = new_index.get(&addr(&old, i));
-                let parsed = parse_key(&k).filter(|_| whole);
-                for m in &members {
-                    let stays = parsed.is_some_and(|(half, rel, _)| {
-                        let other = key(if half == 'o' { 's' } else { 'o' }, rel, m);
-                        here == Some(&c_new.ring.locate(other.as_bytes()))
-                    });
-                    if stays {
-                        kept += 1;
-                    } else {
-                        removed += 1;
-                        srem.push(vec![
-                            b"SREM".to_vec(),
-                            k.as_bytes().to_vec(),
-                            m.as_bytes().to_vec(),
-                        ]);
-                    }
-                }
-            }
-        }
-        // Copies first, then removals: a key is never on neither node.
-        for (j, cmds) in sadd.iter().enumerate() {
-            c_new.nodes[j].pipeline(cmds)?;
-        }
-        c_old.nodes[i].pipeline(&srem)?;
-    }
-    let share = if total == 0 {
-        0.0
-    } else {
-        moved as f64 / total as f64
-    };
-    say!(out, "moved {moved} of {total} keys ({:.2}%)", 100.0 * share);
-    say!(out, "node\tmoved_out\tmoved_in");
-    for (j, s) in new.servers.iter().enumerate() {
-        let out_n = (0..old.servers.len())
-            .find(|&i| addr(&old, i) == addr(&new, j))
-            .map_or(0, |i| moved_out[i]);
-        say!(
-            out,
-            "{}\t{}\t{}",
-            tsv::escape(&s.label()),
-            out_n,
-            moved_in[j]
-        );
-    }
-    if a.remove {
-        say!(
-            out,
-            "removed {removed} members from their old nodes; kept {kept} whose tag's other half stays there"
-        );
-    }
-    Ok(())
-}
-
-impl Cluster {
-    /// Every key node `i` owns, with its members.
-    fn owned_sets_of(&mut self, i: usize) -> Result<BTreeMap<String, Vec<String>>, String> {
-        let keys = self.owned(i, "*")?;
-        let members = self.nodes[i].members(&keys)?;
-        Ok(keys.into_iter().zip(members).collect())
-    }
 }
 
 #[cfg(test)]
