@@ -737,3 +737,29 @@ fn a_large_delete_file_with_an_oversized_line_deletes_the_rest() {
     assert!(export_lines(&st).is_empty());
     ok(run(&["check", s(&st)]));
 }
+
+/// Case: `cluster reshard`, `repair` and `cloud` printed nothing for
+/// minutes on a large cluster (each reads every node's keys and members);
+/// they now show the step under way and the node, within the terminal.
+#[test]
+fn cluster_tools_say_which_step_runs() {
+    for width in [40u16, 80, 200] {
+        let drawn = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let term = FakeTerm {
+            width,
+            drawn: drawn.clone(),
+        };
+        let bar = progress::cluster_step(indicatif::ProgressDrawTarget::term_like(Box::new(term)));
+        bar.set_message("node n1 (2/3): reading the members of 1234 keys");
+        bar.force_draw();
+        let lines = drawn.lock().map(|d| d.clone()).unwrap_or_default();
+        let last = lines.last().cloned().unwrap_or_default();
+        assert!(last.contains("node n1 (2/3)"), "width {width}: {last:?}");
+        if width >= 80 {
+            assert!(last.contains("1234 keys"), "width {width}: {last:?}");
+        }
+        for l in &lines {
+            assert!(l.chars().count() <= width as usize, "width {width}: {l:?}");
+        }
+    }
+}

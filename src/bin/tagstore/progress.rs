@@ -1,4 +1,4 @@
-//! Progress bars for long `--file` loads and `maintain`: as wide as the
+//! Progress bars for long `--file` loads, `maintain` and the cluster tools: as wide as the
 //! terminal, with an estimate of the time left only once one is meaningful.
 //!
 //! Plain std and indicatif, so tests/cli_edges.rs can compile it in.
@@ -84,6 +84,15 @@ pub fn maintain_copying(bar: &ProgressBar, total: u64) {
 
 /// The template of `maintain`'s bar.
 const MAINTAIN_BAR: &str = "{wide_bar} {percent:>3}% of tags copied {left:>12}";
+
+/// The spinner of the cluster tools: the step under way (which node, what
+/// it reads or writes) and the time so far. The tools set its message.
+pub fn cluster_step(target: ProgressDrawTarget) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, target)
+        .with_style(style("{spinner} {wide_msg} {elapsed:>4}"));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
 
 /// The bar of a `--file -` load, whose length is unknown: bytes read so far.
 pub fn stream_bar(target: ProgressDrawTarget) -> ProgressBar {

@@ -10,11 +10,10 @@
 //! switch the new node takes writes, and a member it was asked to add again
 //! looks the same as one never touched), then removes.
 
-use super::client::Client;
 use super::config::Pool;
 use super::load_pool;
 use super::record::{self, Record, State};
-use super::tools::{key, parse_key, Cluster, Common};
+use super::tools::{key, parse_key, spinner, Cluster, Common};
 use crate::out::{say, Out};
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -81,8 +80,9 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         .clone()
         .unwrap_or_else(|| record::default_path(&a.new_config));
     let mut rec = open_record(a, &old, &new, &path)?;
-    let mut c_old = Cluster::connect(&old, a.common.timeout)?;
-    let mut c_new = Cluster::connect(&new, a.common.timeout)?;
+    let bar = spinner();
+    let mut c_old = Cluster::connect(&old, a.common.timeout, &bar)?;
+    let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
     if a.remove && rec.state == State::Copying {
         // From here on the old nodes lose members: no copy may run again.
         rec.state = State::Removing;
@@ -161,17 +161,29 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             }
         }
         // Copies first, then removals: a key is never on neither node.
+        let (copies, srems) = (
+            sadd.iter().map(Vec::len).sum::<usize>(),
+            srem_new.iter().map(Vec::len).sum::<usize>(),
+        );
+        c_old.step(
+            i,
+            &format!("copying: {copies} SADDs, {srems} SREMs on the new nodes"),
+        );
         for (j, cmds) in sadd.iter().enumerate() {
             c_new.nodes[j].pipeline(cmds)?;
         }
         for (j, cmds) in srem_new.iter().enumerate() {
             c_new.nodes[j].pipeline(cmds)?;
         }
+        if a.remove {
+            c_old.step(i, &format!("removing {} moved members", srem_old.len()));
+        }
         c_old.nodes[i].pipeline(&srem_old)?;
         if !a.remove {
             rec.save(&path)?;
         }
     }
+    bar.finish_and_clear();
     let share = if total == 0 {
         0.0
     } else {
@@ -232,16 +244,11 @@ impl Cluster {
             .cloned()
             .collect();
         keys.extend(gone);
-        let members = members_of(&mut self.nodes[i], &keys)?;
-        Ok(keys.into_iter().zip(members).collect())
+        let members = self.members(i, &keys)?;
+        Ok(keys
+            .into_iter()
+            .zip(members)
+            .map(|(k, m)| (k, m.into_iter().collect()))
+            .collect())
     }
-}
-
-/// Each key's members, as sets.
-fn members_of(node: &mut Client, keys: &[String]) -> Result<Vec<BTreeSet<String>>, String> {
-    Ok(node
-        .members(keys)?
-        .into_iter()
-        .map(|m| m.into_iter().collect())
-        .collect())
 }

@@ -16,6 +16,7 @@ use super::ketama::Ring;
 use super::load_pool;
 use crate::out::{say, Out};
 use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -79,13 +80,17 @@ pub fn run(cmd: &ClusterCmd, out: &mut Out) -> Result<(), String> {
 /// A pool's nodes, connected, with the ring that places keys on them.
 pub(super) struct Cluster {
     pub(super) ring: Ring,
-    labels: Vec<String>,
+    pub(super) labels: Vec<String>,
     pub(super) nodes: Vec<Client>,
+    /// Says which step runs (a spinner on a terminal, else nothing).
+    pub(super) bar: ProgressBar,
 }
 
 impl Cluster {
-    pub(super) fn connect(pool: &Pool, timeout: u64) -> Result<Cluster, String> {
+    /// Connects to every node of `pool`; `bar` shows the steps.
+    pub(super) fn connect(pool: &Pool, timeout: u64, bar: &ProgressBar) -> Result<Cluster, String> {
         let t = Duration::from_secs(timeout.max(1));
+        bar.set_message(format!("connecting to {} nodes", pool.servers.len()));
         let nodes = pool
             .servers
             .iter()
@@ -98,11 +103,13 @@ impl Cluster {
             ring: Ring::new(pool),
             labels: pool.servers.iter().map(|s| s.label()).collect(),
             nodes,
+            bar: bar.clone(),
         })
     }
 
     /// The keys matching `pattern` that node `i` owns (shadows left out).
     pub(super) fn owned(&mut self, i: usize, pattern: &str) -> Result<Vec<String>, String> {
+        self.step(i, "listing keys");
         let keys = self.nodes[i].scan_all(pattern)?;
         Ok(keys
             .into_iter()
@@ -115,11 +122,33 @@ impl Cluster {
         let mut all = Vec::new();
         for i in 0..self.nodes.len() {
             let keys = self.owned(i, pattern)?;
-            let members = self.nodes[i].members(&keys)?;
+            let members = self.members(i, &keys)?;
             all.push(keys.into_iter().zip(members).collect());
         }
         Ok(all)
     }
+
+    /// The members of each of `keys` on node `i`.
+    pub(super) fn members(
+        &mut self,
+        i: usize,
+        keys: &[String],
+    ) -> Result<Vec<Vec<String>>, String> {
+        self.step(i, &format!("reading the members of {} keys", keys.len()));
+        self.nodes[i].members(keys)
+    }
+
+    /// Shows that node `i` is doing `what`.
+    pub(super) fn step(&self, i: usize, what: &str) {
+        let n = self.nodes.len();
+        self.bar
+            .set_message(format!("node {} ({}/{n}): {what}", self.labels[i], i + 1));
+    }
+}
+
+/// The spinner of a cluster tool (drawn only on a terminal).
+pub(super) fn spinner() -> ProgressBar {
+    crate::progress::cluster_step(ProgressDrawTarget::stderr())
 }
 
 /// A key taken apart: (`o` or `s`, relationship, name).
@@ -157,7 +186,8 @@ fn glob_escape(text: &str) -> String {
 /// `tagstore cluster cloud`.
 fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
     let pool = load_pool(&a.config, a.common.pool.as_deref())?;
-    let mut c = Cluster::connect(&pool, a.common.timeout)?;
+    let bar = spinner();
+    let mut c = Cluster::connect(&pool, a.common.timeout, &bar)?;
     let prefix = key('s', &a.opts.relationship, "");
     let pattern = format!("{}*", glob_escape(&prefix));
     // (count, subject), sorted as a store's cloud: most used first, then
@@ -169,6 +199,10 @@ fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
             .iter()
             .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
             .collect();
+        c.step(
+            i,
+            &format!("counting the objects of {} subjects", keys.len()),
+        );
         let replies = c.nodes[i].pipeline(&cmds)?;
         for (k, r) in keys.iter().zip(replies) {
             let Reply::Int(n) = r else {
@@ -180,6 +214,7 @@ fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
             }
         }
     }
+    bar.finish_and_clear();
     all.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
     all.truncate(a.opts.top);
     let (max, min) = (
@@ -208,7 +243,8 @@ type Triple = (String, String, String);
 /// `tagstore cluster repair`.
 fn repair(a: &RepairArgs, out: &mut Out) -> Result<(), String> {
     let pool = load_pool(&a.config, a.common.pool.as_deref())?;
-    let mut c = Cluster::connect(&pool, a.common.timeout)?;
+    let bar = spinner();
+    let mut c = Cluster::connect(&pool, a.common.timeout, &bar)?;
     // The truth: every tag under an `o:` key on its owner.
     let mut truth: BTreeSet<Triple> = BTreeSet::new();
     let mut o_keys = 0usize;
@@ -269,6 +305,7 @@ fn repair(a: &RepairArgs, out: &mut Out) -> Result<(), String> {
     }
     if !a.dry_run {
         for (oi, cmds) in checks.iter().enumerate() {
+            c.step(oi, &format!("checking {} orphans' o halves", cmds.len()));
             let replies = c.nodes[oi].pipeline(cmds)?;
             for (r, (i, srem)) in replies.into_iter().zip(orphans[oi].drain(..)) {
                 if r == Reply::Int(0) {
@@ -283,6 +320,21 @@ fn repair(a: &RepairArgs, out: &mut Out) -> Result<(), String> {
             }
         }
     }
+    if !a.dry_run {
+        for i in 0..n {
+            c.step(
+                i,
+                &format!(
+                    "adding {} s members, removing {}",
+                    add[i].len(),
+                    remove[i].len()
+                ),
+            );
+            c.nodes[i].pipeline(&add[i])?;
+            c.nodes[i].pipeline(&remove[i])?;
+        }
+    }
+    bar.finish_and_clear();
     say!(
         out,
         "o halves: {} tags under {o_keys} keys; s halves: {} tags",
@@ -292,10 +344,6 @@ fn repair(a: &RepairArgs, out: &mut Out) -> Result<(), String> {
     say!(out, "node\ts_added\ts_removed");
     let (mut added, mut removed) = (0usize, 0usize);
     for i in 0..n {
-        if !a.dry_run {
-            c.nodes[i].pipeline(&add[i])?;
-            c.nodes[i].pipeline(&remove[i])?;
-        }
         added += add[i].len();
         removed += remove[i].len();
         say!(
