@@ -558,6 +558,22 @@ fn reshard_with_writes_between(mode: &'static [&'static str]) {
         .into_iter()
         .filter(|t| !truth.contains(t))
         .collect();
+    // A record that cannot be written stops the copy before any node changes.
+    let nowhere = tmp.path().join("no/such/dir/r");
+    let (code, _, err) = tagstore(&[
+        "cluster",
+        "reshard",
+        &old,
+        &new,
+        "--record",
+        nowhere.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("writing the reshard record"), "{err}");
+    assert!(
+        node_keys(c.nodes[3].port).is_empty(),
+        "the new node got keys"
+    );
     let (add1, rest) = more.split_at(more.len() / 2);
     let (tail, add2) = rest.split_at(200);
     let mut gone: Vec<Tag> = Vec::new();

@@ -83,11 +83,12 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let bar = spinner();
     let mut c_old = Cluster::connect(&old, a.common.timeout, &bar)?;
     let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
-    if a.remove && rec.state == State::Copying {
+    if a.remove {
         // From here on the old nodes lose members: no copy may run again.
         rec.state = State::Removing;
-        rec.save(&path)?;
     }
+    // Before any node changes: a record that cannot be written stops here.
+    rec.save(&path)?;
     // A node is the same node in both files when its address is.
     let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
     let new_index: BTreeMap<String, usize> =
