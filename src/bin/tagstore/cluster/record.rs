@@ -9,7 +9,12 @@
 //! new <md5 of NEW's placement>
 //! state copying|removing
 //! <key>\t<member>        (TSV-escaped, one line per copied member)
+//! pending
+//! <key>\t<member>        (members a copy was changing when it stopped)
+//! end <member lines> <md5 of every line before this one>
 //! ```
+//! A file without its `end` line, or whose count or digest disagree, is
+//! refused: a record cut short would read as members never copied.
 
 use super::config::{Distribution, Pool};
 use super::hash::md5;
@@ -31,13 +36,20 @@ pub enum State {
     Removing,
 }
 
+/// Members per key.
+pub type Sets = BTreeMap<String, BTreeSet<String>>;
+
 /// What the last copy put on the new nodes, per moved key.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record {
     pub old: String,
     pub new: String,
     pub state: State,
-    pub copied: BTreeMap<String, BTreeSet<String>>,
+    /// Members on the new node for certain (copied, not deleted since).
+    pub copied: Sets,
+    /// Members a copy was adding or deleting on the new node when it
+    /// stopped: their state there is unknown until the next copy sets it.
+    pub pending: Sets,
 }
 
 /// The default place of the record: NEW_CONFIG's path plus `.reshard`.
@@ -61,10 +73,39 @@ pub fn fingerprint(pool: &Pool) -> String {
         let name = s.name.as_deref().unwrap_or("");
         text.push_str(&format!("{}:{}:{} {name}\n", s.host, s.port, s.weight));
     }
-    md5(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&md5(text.as_bytes()))
+}
+
+/// Lower-case hex of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Holds the directory of a record locked (exclusive `flock`) while a
+/// reshard runs, so two runs never work on one record at once.
+pub struct Lock(#[allow(dead_code)] fs::File);
+
+impl Lock {
+    /// Locks the directory of `path`, or says that another run holds it.
+    pub fn take(path: &Path) -> Result<Lock, String> {
+        use std::os::fd::AsRawFd;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let f = fs::File::open(dir)
+            .map_err(|e| format!("opening {} to lock the reshard record: {e}", dir.display()))?;
+        // SAFETY: plain syscall on a descriptor we own.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            return Err(format!(
+                "another `tagstore cluster reshard` is running with a record in {}; wait for it \
+                 to finish (two runs at once could undo each other's work)",
+                dir.display()
+            ));
+        }
+        Ok(Lock(f))
+    }
 }
 
 impl Record {
@@ -75,6 +116,7 @@ impl Record {
             new: fingerprint(new),
             state: State::Copying,
             copied: BTreeMap::new(),
+            pending: BTreeMap::new(),
         }
     }
 
@@ -92,7 +134,19 @@ impl Record {
         };
         let bad = |why: &str| format!("{} is no reshard record: {why}", path.display());
         let text = String::from_utf8(text).map_err(|_| bad("not UTF-8"))?;
-        let mut lines = text.lines();
+        // The end line: the member lines' count and the digest of the rest.
+        let body_end = text.trim_end_matches('\n').rfind('\n').map_or(0, |i| i + 1);
+        let (body, end) = text.split_at(body_end);
+        let mut end = end.trim_end_matches('\n').split(' ');
+        let (Some("end"), Some(count), Some(digest), None) =
+            (end.next(), end.next(), end.next(), end.next())
+        else {
+            return Err(bad("no `end` line: the file was cut short"));
+        };
+        if !text.ends_with('\n') || digest != hex(&md5(body.as_bytes())) {
+            return Err(bad("its digest does not match its lines"));
+        }
+        let mut lines = body.lines();
         if lines.next() != Some(HEADER) {
             return Err(bad(&format!("its first line is not `{HEADER}`")));
         }
@@ -111,21 +165,37 @@ impl Record {
             "removing" => State::Removing,
             other => return Err(bad(&format!("unknown state `{other}`"))),
         };
-        let mut copied: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let (mut copied, mut pending) = (Sets::new(), Sets::new());
+        let mut into_pending = false;
+        let mut members = 0u64;
         for (n, line) in lines.enumerate() {
+            if line == "pending" && !into_pending {
+                into_pending = true;
+                continue;
+            }
             let at = |why: String| bad(&format!("line {}: {why}", n + 5));
             let (k, m) = line
                 .split_once('\t')
                 .ok_or_else(|| at("no tab between key and member".into()))?;
             let k = tsv::unescape(k).map_err(at)?;
             let m = tsv::unescape(m).map_err(at)?;
-            copied.entry(k).or_default().insert(m);
+            let sets = if into_pending {
+                &mut pending
+            } else {
+                &mut copied
+            };
+            sets.entry(k).or_default().insert(m);
+            members += 1;
+        }
+        if count != members.to_string() {
+            return Err(bad("its member count does not match its lines"));
         }
         Ok(Some(Record {
             old,
             new,
             state,
             copied,
+            pending,
         }))
     }
 
@@ -139,15 +209,24 @@ impl Record {
             "{HEADER}\nold {}\nnew {}\nstate {state}\n",
             self.old, self.new
         );
-        for (k, members) in &self.copied {
-            let k = tsv::escape(k);
-            for m in members {
-                text.push_str(&k);
-                text.push('\t');
-                text.push_str(&tsv::escaped(m));
-                text.push('\n');
+        let mut count = 0u64;
+        for (i, sets) in [&self.copied, &self.pending].into_iter().enumerate() {
+            if i == 1 {
+                text.push_str("pending\n");
+            }
+            for (k, members) in sets {
+                let k = tsv::escape(k);
+                for m in members {
+                    text.push_str(&k);
+                    text.push('\t');
+                    text.push_str(&tsv::escaped(m));
+                    text.push('\n');
+                    count += 1;
+                }
             }
         }
+        let digest = hex(&md5(text.as_bytes()));
+        text.push_str(&format!("end {count} {digest}\n"));
         let mut tmp = path.as_os_str().to_owned();
         tmp.push(".tmp");
         let tmp = PathBuf::from(tmp);
@@ -211,6 +290,14 @@ mod tests {
             .entry("o:1:a:b".into())
             .or_default()
             .insert("d".into());
+        r.pending
+            .entry("o:1:a:b".into())
+            .or_default()
+            .insert("pending".into());
+        r.pending
+            .entry("s:1:a:\\".into())
+            .or_default()
+            .insert("e".into());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.yml.reshard");
         r.save(&path).unwrap();
@@ -223,15 +310,66 @@ mod tests {
     fn a_foreign_or_damaged_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
+        let sealed =
+            |body: &str, count: u64| format!("{body}end {count} {}\n", hex(&md5(body.as_bytes())));
+        let head = "tagstore reshard record 1\nold a\nnew b\nstate copying\n";
         for text in [
-            "hello\n",
-            "tagstore reshard record 1\nold a\n",
-            "tagstore reshard record 1\nold a\nnew b\nstate done\n",
-            "tagstore reshard record 1\nold a\nnew b\nstate copying\nno tab\n",
+            "hello\n".to_owned(),
+            sealed("hello\n", 0),
+            sealed("tagstore reshard record 1\nold a\n", 0),
+            sealed("tagstore reshard record 1\nold a\nnew b\nstate done\n", 0),
+            sealed(&format!("{head}no tab\n"), 1),
+            // The right lines, but the count or the digest wrong.
+            sealed(&format!("{head}k\tm\n"), 2),
+            format!("{head}k\tm\nend 1 00\n"),
         ] {
-            fs::write(&path, text).unwrap();
+            fs::write(&path, &text).unwrap();
             let e = Record::load(&path).unwrap_err();
-            assert!(e.contains("is no reshard record"), "{e}");
+            assert!(e.contains("is no reshard record"), "{text:?}: {e}");
         }
+        fs::write(&path, sealed(&format!("{head}k\tm\n"), 1)).unwrap();
+        assert!(Record::load(&path).unwrap().is_some());
+    }
+
+    /// A record cut short at a line boundary read as members never copied
+    /// (a review's finding): every cut of a saved record is refused.
+    #[test]
+    fn a_record_cut_short_anywhere_is_refused() {
+        let old = test_pool("md5", &["127.0.0.1:7001:1 a"]);
+        let mut r = Record::new(&old, &old);
+        for i in 0..50 {
+            r.copied
+                .entry(format!("o:1:r:{}", i % 7))
+                .or_default()
+                .insert(format!("m{i}"));
+        }
+        r.pending
+            .entry("s:1:r:x".into())
+            .or_default()
+            .insert("y".into());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        r.save(&path).unwrap();
+        let full = fs::read(&path).unwrap();
+        for cut in 0..full.len() {
+            fs::write(&path, &full[..cut]).unwrap();
+            assert!(Record::load(&path).is_err(), "cut at {cut} accepted");
+        }
+        fs::write(&path, &full).unwrap();
+        assert_eq!(Record::load(&path).unwrap(), Some(r));
+    }
+
+    #[test]
+    fn one_run_at_a_time_per_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.yml.reshard");
+        let first = Lock::take(&path).unwrap();
+        let e = Lock::take(&path).err().unwrap();
+        assert!(
+            e.contains("another `tagstore cluster reshard` is running"),
+            "{e}"
+        );
+        drop(first);
+        assert!(Lock::take(&path).is_ok());
     }
 }

@@ -9,10 +9,16 @@
 //! too, instead of coming back. `--remove` applies the adds only (after the
 //! switch the new node takes writes, and a member it was asked to add again
 //! looks the same as one never touched), then removes.
+//!
+//! A run reads every old node before it changes anything, holds the
+//! record's directory locked throughout, and saves the record before and
+//! after each node's changes (the members being changed marked pending in
+//! between), so an interrupted run leaves nothing the next copy cannot set
+//! right.
 
 use super::config::Pool;
 use super::load_pool;
-use super::record::{self, Record, State};
+use super::record::{self, Lock, Record, Sets, State};
 use super::tools::{key, parse_key, spinner, Cluster, Common};
 use crate::out::{say, Out};
 use clap::Args;
@@ -40,11 +46,26 @@ pub struct ReshardArgs {
 /// Commands for one node, pipelined at the end of an old node's pass.
 type Cmds = Vec<Vec<Vec<u8>>>;
 
-/// `SADD`/`SREM key members…`.
-fn command(verb: &str, k: &str, members: &[&String]) -> Vec<Vec<u8>> {
-    let mut cmd = vec![verb.as_bytes().to_vec(), k.as_bytes().to_vec()];
-    cmd.extend(members.iter().map(|m| m.as_bytes().to_vec()));
-    cmd
+/// Most bytes of members in one command: a node refuses a request over its
+/// `--max-request-bytes` (8 MiB by default) and closes the connection, and
+/// a peak's members pass that (80,000 of 150 bytes).
+const COMMAND_BYTES: usize = 1 << 20;
+
+/// `SADD`/`SREM key members…`, as many commands as keep each under
+/// [`COMMAND_BYTES`] of members, appended to `cmds`.
+fn push_commands(cmds: &mut Cmds, verb: &str, k: &str, members: &[&String]) {
+    let mut rest = members;
+    while !rest.is_empty() {
+        let (mut n, mut bytes) = (0, 0);
+        while n < rest.len() && (n == 0 || bytes + rest[n].len() + 16 <= COMMAND_BYTES) {
+            bytes += rest[n].len() + 16;
+            n += 1;
+        }
+        let mut cmd = vec![verb.as_bytes().to_vec(), k.as_bytes().to_vec()];
+        cmd.extend(rest[..n].iter().map(|m| m.as_bytes().to_vec()));
+        cmds.push(cmd);
+        rest = &rest[n..];
+    }
 }
 
 /// Opens the record of this pair of configurations, or starts one.
@@ -71,6 +92,12 @@ fn open_record(a: &ReshardArgs, old: &Pool, new: &Pool, path: &Path) -> Result<R
     Ok(r)
 }
 
+/// A copy refuses to run when at least this many members it copied from
+/// one old node, all that a `--remove` removes, are gone from it: a
+/// `--remove` has run (with another record), and the copy would delete
+/// them all from the new nodes.
+const GONE_ALL: usize = 20;
+
 /// `tagstore cluster reshard`.
 pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let old = load_pool(&a.old_config, a.common.pool.as_deref())?;
@@ -79,10 +106,34 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         .record
         .clone()
         .unwrap_or_else(|| record::default_path(&a.new_config));
+    let _lock = Lock::take(&path)?;
+    let had_record = path.exists();
     let mut rec = open_record(a, &old, &new, &path)?;
     let bar = spinner();
     let mut c_old = Cluster::connect(&old, a.common.timeout, &bar)?;
     let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
+    let whole_old = whole_tag_nodes(&mut c_old)?;
+    let whole_new = whole_tag_nodes(&mut c_new)?;
+    if whole_old.iter().chain(&whole_new).any(|w| *w) {
+        bar.suspend(|| {
+            eprintln!(
+                "warning: some nodes keep whole tags (not started with --half-only): there a \
+                 copy's SADD or SREM of one key also changes the tag's other key, which that \
+                 node may own, so reads through the proxy may be wrong until the reshard ends, \
+                 and it ends exact only with writes paused from the first copy until --remove \
+                 has finished (README, \"Running a cluster\")"
+            )
+        });
+    }
+    if a.remove && !had_record {
+        bar.suspend(|| {
+            eprintln!(
+                "warning: no reshard record at {}: every moved key's members are copied again \
+                 before they are removed (did the copies use --record?)",
+                path.display()
+            )
+        });
+    }
     if a.remove {
         // From here on the old nodes lose members: no copy may run again.
         rec.state = State::Removing;
@@ -93,42 +144,67 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
     let new_index: BTreeMap<String, usize> =
         (0..new.servers.len()).map(|j| (addr(&new, j), j)).collect();
-    let (mut total, mut moved) = (0usize, 0usize);
+    // Every old node read before any is changed.
+    let mut total = 0usize;
+    let mut reads = Vec::with_capacity(old.servers.len());
+    for i in 0..old.servers.len() {
+        let here = new_index.get(&addr(&old, i)).copied();
+        let (listed, sets) = c_old.moved_sets_of(i, &c_new, here, &rec)?;
+        total += listed;
+        reads.push((here, sets));
+    }
+    if !a.remove {
+        refuse_if_removed(&rec, &reads, &whole_old, &c_old, &c_new, &path)?;
+    }
+    let mut moved = 0usize;
     // Per new node: keys moved in; per old node: moved out.
     let mut moved_in = vec![0usize; new.servers.len()];
     let mut moved_out = vec![0usize; old.servers.len()];
     let (mut added, mut deleted, mut removed, mut kept) = (0usize, 0usize, 0usize, 0usize);
-    for (i, out_i) in moved_out.iter_mut().enumerate() {
-        let here = new_index.get(&addr(&old, i)).copied();
-        let whole = a.remove && c_old.nodes[i].keeps_whole_tags()?;
-        let (listed, sets) = c_old.moved_sets_of(i, &c_new, here, &rec)?;
-        total += listed;
+    let mut unsure = 0usize;
+    for (i, (here, sets)) in reads.into_iter().enumerate() {
         let mut srem_old: Cmds = Vec::new();
         let mut sadd: Vec<Cmds> = vec![Vec::new(); new.servers.len()];
         let mut srem_new: Vec<Cmds> = vec![Vec::new(); new.servers.len()];
-        for (k, now) in sets {
+        // Per key: members certainly on the new node, members changing.
+        type During<'a> = (&'a String, BTreeSet<String>, BTreeSet<String>);
+        let mut during: Vec<During> = Vec::new();
+        let empty = BTreeSet::new();
+        for (k, now) in &sets {
             let j = c_new.ring.locate(k.as_bytes());
-            let empty = BTreeSet::new();
-            let before = rec.copied.get(&k).unwrap_or(&empty);
+            let before = rec.copied.get(k).unwrap_or(&empty);
+            let pending = rec.pending.get(k).unwrap_or(&empty);
             let adds: Vec<&String> = now.difference(before).collect();
             // After the switch (--remove) a member missing on the old node
             // may have been added again on the new one: only adds apply.
             let dels: Vec<&String> = match a.remove {
-                true => Vec::new(),
-                false => before.difference(&now).collect(),
+                true => {
+                    unsure += pending.difference(now).count();
+                    Vec::new()
+                }
+                false => before
+                    .union(pending)
+                    .filter(|m| !now.contains(*m))
+                    .collect(),
             };
             added += adds.len();
             deleted += dels.len();
+            if !a.remove {
+                let sure: BTreeSet<String> = before.intersection(now).cloned().collect();
+                let changing: BTreeSet<String> =
+                    adds.iter().chain(&dels).map(|m| (*m).clone()).collect();
+                during.push((k, sure, changing));
+            }
             if !adds.is_empty() {
-                sadd[j].push(command("SADD", &k, &adds));
+                push_commands(&mut sadd[j], "SADD", k, &adds);
             }
             if !dels.is_empty() {
-                srem_new[j].push(command("SREM", &k, &dels));
+                push_commands(&mut srem_new[j], "SREM", k, &dels);
             }
             if !now.is_empty() {
                 moved += 1;
                 moved_in[j] += 1;
-                *out_i += 1;
+                moved_out[i] += 1;
             }
             if a.remove {
                 // A node that keeps whole tags removes the tag's other half
@@ -137,30 +213,31 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 // half-only node keeps each half apart: every moved member
                 // goes (kept, it would be a stale copy that a later
                 // reshard or repair brings back after a delete).
-                let parsed = parse_key(&k).filter(|_| whole);
-                for m in &now {
-                    let stays = parsed.is_some_and(|(half, rel, _)| {
-                        let other = key(if half == 'o' { 's' } else { 'o' }, rel, m);
-                        here == Some(c_new.ring.locate(other.as_bytes()))
-                    });
-                    if stays {
+                for m in now {
+                    if stays(whole_old[i], k, m, here, &c_new) {
                         kept += 1;
                     } else {
                         removed += 1;
-                        srem_old.push(command("SREM", &k, &[m]));
+                        push_commands(&mut srem_old, "SREM", k, &[m]);
                     }
                 }
-            } else if now.is_empty() {
-                rec.copied.remove(&k);
-            } else {
-                rec.copied.insert(k, now);
             }
         }
-        // Copies first, then removals: a key is never on neither node.
         let (copies, srems) = (
             sadd.iter().map(Vec::len).sum::<usize>(),
             srem_new.iter().map(Vec::len).sum::<usize>(),
         );
+        if copies + srems > 0 && !a.remove {
+            // Until they are made, the changed members are pending: an
+            // interrupted run's next copy sets each of them as the old
+            // node has it then.
+            for (k, sure, changing) in &during {
+                set_or_drop(&mut rec.copied, k, sure);
+                set_or_drop(&mut rec.pending, k, changing);
+            }
+            rec.save(&path)?;
+        }
+        // Copies first, then removals: a key is never on neither node.
         c_old.step(
             i,
             &format!("copying: {copies} SADDs, {srems} SREMs on the new nodes"),
@@ -173,9 +250,13 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         }
         if a.remove {
             c_old.step(i, &format!("removing {} moved members", srem_old.len()));
-        }
-        c_old.nodes[i].pipeline(&srem_old)?;
-        if !a.remove {
+            c_old.nodes[i].pipeline(&srem_old)?;
+        } else {
+            drop(during);
+            for (k, now) in sets {
+                rec.pending.remove(&k);
+                set_or_drop(&mut rec.copied, &k, &now);
+            }
             rec.save(&path)?;
         }
     }
@@ -200,6 +281,13 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         );
     }
     if a.remove {
+        if unsure > 0 {
+            eprintln!(
+                "warning: {unsure} members that an unfinished copy was adding or deleting are \
+                 missing on their old nodes and may remain on the new ones (the last copy \
+                 before the switch had failed)"
+            );
+        }
         say!(
             out,
             "new nodes: added {added} members written since the last copy"
@@ -219,10 +307,77 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     Ok(())
 }
 
+/// `sets[k] = members`, or no entry when `members` is empty.
+fn set_or_drop(sets: &mut Sets, k: &str, members: &BTreeSet<String>) {
+    if members.is_empty() {
+        sets.remove(k);
+    } else {
+        sets.insert(k.to_owned(), members.clone());
+    }
+}
+
+/// Whether each node keeps whole tags (INFO `half_only:0`).
+fn whole_tag_nodes(c: &mut Cluster) -> Result<Vec<bool>, String> {
+    c.nodes.iter_mut().map(|n| n.keeps_whole_tags()).collect()
+}
+
+/// Whether `--remove` keeps member `m` of moved key `k` on its old node:
+/// on a node that keeps whole tags (`whole`), when the tag's other key
+/// stays on that node (`here`) under NEW, since removing the member would
+/// remove that half too.
+fn stays(whole: bool, k: &str, m: &str, here: Option<usize>, c_new: &Cluster) -> bool {
+    whole
+        && parse_key(k).is_some_and(|(half, rel, _)| {
+            let other = key(if half == 'o' { 's' } else { 'o' }, rel, m);
+            here == Some(c_new.ring.locate(other.as_bytes()))
+        })
+}
+
+/// Refuses a copy when some old node looks as a `--remove` leaves it: every
+/// member the record copied from it that `--remove` removes (at least
+/// [`GONE_ALL`]) is gone. The copy would delete them all from the new
+/// nodes.
+fn refuse_if_removed(
+    rec: &Record,
+    reads: &[(Option<usize>, Sets)],
+    whole_old: &[bool],
+    c_old: &Cluster,
+    c_new: &Cluster,
+    path: &Path,
+) -> Result<(), String> {
+    for (i, (here, sets)) in reads.iter().enumerate() {
+        let (mut removable, mut gone) = (0usize, 0usize);
+        for (k, copied) in &rec.copied {
+            if c_old.ring.locate(k.as_bytes()) != i {
+                continue;
+            }
+            let now = sets.get(k);
+            for m in copied {
+                if !stays(whole_old[i], k, m, *here, c_new) {
+                    removable += 1;
+                    gone += usize::from(!now.is_some_and(|n| n.contains(m)));
+                }
+            }
+        }
+        if removable >= GONE_ALL && gone == removable {
+            return Err(format!(
+                "every one of the {removable} members the record {} says were copied from node \
+                 {} is gone from it: a --remove has run (with another record?), and this copy \
+                 would delete them from the new nodes. Nothing was changed; if the old node \
+                 really lost them, delete the record and copy again",
+                path.display(),
+                c_old.labels[i]
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Cluster {
     /// How many keys old node `i` owns, and the members of those that move
     /// (node `here` under NEW is this one), and of every key the record
-    /// says was copied from it (emptied since, such a key is not listed).
+    /// says was copied from it or pending (emptied since, such a key is not
+    /// listed).
     /// Only moved keys' members are read: about a quarter of them for a
     /// fourth node.
     fn moved_sets_of(
@@ -231,15 +386,16 @@ impl Cluster {
         new: &Cluster,
         here: Option<usize>,
         rec: &Record,
-    ) -> Result<(usize, BTreeMap<String, BTreeSet<String>>), String> {
+    ) -> Result<(usize, Sets), String> {
         let owned = self.owned(i, "*")?;
         let listed = owned.len();
         let moves = |k: &String| here != Some(new.ring.locate(k.as_bytes()));
         let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
         let seen: BTreeSet<&String> = keys.iter().collect();
-        let gone: Vec<String> = rec
+        let gone: BTreeSet<String> = rec
             .copied
             .keys()
+            .chain(rec.pending.keys())
             .filter(|k| !seen.contains(k))
             .filter(|k| self.ring.locate(k.as_bytes()) == i && moves(k))
             .cloned()
@@ -252,5 +408,41 @@ impl Cluster {
             .map(|(k, m)| (k, m.into_iter().collect()))
             .collect();
         Ok((listed, sets))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peak's members were sent in one SADD, which a node refuses past
+    /// its `--max-request-bytes` (8 MiB), closing the connection.
+    #[test]
+    fn a_peak_is_sent_in_commands_of_bounded_size() {
+        let members: Vec<String> = (0..100_000).map(|i| format!("{i:0>140}")).collect();
+        let refs: Vec<&String> = members.iter().collect();
+        let mut cmds = Cmds::new();
+        push_commands(&mut cmds, "SADD", "s:1:r:peak", &refs);
+        assert!(cmds.len() > 1);
+        let mut sent = Vec::new();
+        for c in &cmds {
+            assert_eq!(
+                (c[0].as_slice(), c[1].as_slice()),
+                (&b"SADD"[..], &b"s:1:r:peak"[..])
+            );
+            let bytes: usize = c[2..].iter().map(|m| m.len() + 16).sum();
+            assert!(bytes <= COMMAND_BYTES, "{bytes}");
+            sent.extend(c[2..].iter().cloned());
+        }
+        let want: Vec<Vec<u8>> = members.iter().map(|m| m.clone().into_bytes()).collect();
+        assert_eq!(sent, want);
+        // A member larger than the bound still goes, alone.
+        let big = "x".repeat(COMMAND_BYTES + 1);
+        let mut cmds = Cmds::new();
+        push_commands(&mut cmds, "SREM", "k", &[&big, &big]);
+        assert_eq!(cmds.len(), 2);
+        let mut none = Cmds::new();
+        push_commands(&mut none, "SADD", "k", &[]);
+        assert!(none.is_empty());
     }
 }
