@@ -227,9 +227,7 @@ impl Record {
         }
         let digest = hex(&md5(text.as_bytes()));
         text.push_str(&format!("end {count} {digest}\n"));
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        let tmp = PathBuf::from(tmp);
+        let tmp = tmp_path(path);
         let err = |e: std::io::Error| format!("writing the reshard record {}: {e}", path.display());
         let mut f = fs::File::create(&tmp).map_err(err)?;
         f.write_all(text.as_bytes()).map_err(err)?;
@@ -238,6 +236,15 @@ impl Record {
         fs::rename(&tmp, path).map_err(err)?;
         sync_parent(path);
         Ok(())
+    }
+
+    /// Fails as [`Record::save`] would if `path`'s temporary cannot be
+    /// created (no such directory, no permission), writing nothing else.
+    pub fn check_writable(path: &Path) -> Result<(), String> {
+        let tmp = tmp_path(path);
+        let err = |e: std::io::Error| format!("writing the reshard record {}: {e}", path.display());
+        fs::File::create(&tmp).map_err(err)?;
+        fs::remove_file(&tmp).map_err(err)
     }
 
     /// Deletes the record at `path` (the reshard is over).
@@ -254,6 +261,13 @@ impl Record {
             )),
         }
     }
+}
+
+/// Where a record is written before it is renamed over `path`.
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    PathBuf::from(tmp)
 }
 
 /// Makes a rename or removal in `path`'s directory durable (best effort).

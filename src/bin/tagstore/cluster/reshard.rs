@@ -134,12 +134,17 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             )
         });
     }
-    if a.remove {
-        // From here on the old nodes lose members: no copy may run again.
-        rec.state = State::Removing;
-    }
     // Before any node changes: a record that cannot be written stops here.
-    rec.save(&path)?;
+    if !had_record || (a.remove && rec.state == State::Copying) {
+        // From here on (--remove) the old nodes lose members: no copy may
+        // run again.
+        if a.remove {
+            rec.state = State::Removing;
+        }
+        rec.save(&path)?;
+    } else {
+        Record::check_writable(&path)?;
+    }
     // A node is the same node in both files when its address is.
     let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
     let new_index: BTreeMap<String, usize> =
@@ -147,14 +152,15 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     // Every old node read before any is changed.
     let mut total = 0usize;
     let mut reads = Vec::with_capacity(old.servers.len());
-    for i in 0..old.servers.len() {
+    let recorded = record_keys_by_node(&rec, &c_old);
+    for (i, recorded) in recorded.iter().enumerate() {
         let here = new_index.get(&addr(&old, i)).copied();
-        let (listed, sets) = c_old.moved_sets_of(i, &c_new, here, &rec)?;
+        let (listed, sets) = c_old.moved_sets_of(i, &c_new, here, recorded)?;
         total += listed;
         reads.push((here, sets));
     }
     if !a.remove {
-        refuse_if_removed(&rec, &reads, &whole_old, &c_old, &c_new, &path)?;
+        refuse_if_removed(&rec, &reads, &recorded, &whole_old, &c_old, &c_new, &path)?;
     }
     let mut moved = 0usize;
     // Per new node: keys moved in; per old node: moved out.
@@ -253,11 +259,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             c_old.nodes[i].pipeline(&srem_old)?;
         } else {
             drop(during);
+            // Nothing sent and nothing pending: the record already holds
+            // this node's keys as they are.
+            let same = copies + srems == 0 && !sets.keys().any(|k| rec.pending.contains_key(k));
             for (k, now) in sets {
                 rec.pending.remove(&k);
                 set_or_drop(&mut rec.copied, &k, &now);
             }
-            rec.save(&path)?;
+            if !same {
+                rec.save(&path)?;
+            }
         }
     }
     bar.finish_and_clear();
@@ -307,6 +318,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     Ok(())
 }
 
+/// The keys the record names (copied or pending) by their old node, each
+/// placed once.
+fn record_keys_by_node(rec: &Record, c_old: &Cluster) -> Vec<BTreeSet<String>> {
+    let mut by = vec![BTreeSet::new(); c_old.nodes.len()];
+    for k in rec.copied.keys().chain(rec.pending.keys()) {
+        by[c_old.ring.locate(k.as_bytes())].insert(k.clone());
+    }
+    by
+}
+
 /// `sets[k] = members`, or no entry when `members` is empty.
 fn set_or_drop(sets: &mut Sets, k: &str, members: &BTreeSet<String>) {
     if members.is_empty() {
@@ -340,26 +361,33 @@ fn stays(whole: bool, k: &str, m: &str, here: Option<usize>, c_new: &Cluster) ->
 fn refuse_if_removed(
     rec: &Record,
     reads: &[(Option<usize>, Sets)],
+    recorded: &[BTreeSet<String>],
     whole_old: &[bool],
     c_old: &Cluster,
     c_new: &Cluster,
     path: &Path,
 ) -> Result<(), String> {
     for (i, (here, sets)) in reads.iter().enumerate() {
-        let (mut removable, mut gone) = (0usize, 0usize);
-        for (k, copied) in &rec.copied {
-            if c_old.ring.locate(k.as_bytes()) != i {
+        let mut removable = 0usize;
+        // Any such member still there, and the node is not as --remove
+        // leaves it (the usual case, found at once).
+        let mut present = false;
+        'keys: for k in &recorded[i] {
+            let Some(copied) = rec.copied.get(k) else {
                 continue;
-            }
+            };
             let now = sets.get(k);
             for m in copied {
                 if !stays(whole_old[i], k, m, *here, c_new) {
                     removable += 1;
-                    gone += usize::from(!now.is_some_and(|n| n.contains(m)));
+                    if now.is_some_and(|n| n.contains(m)) {
+                        present = true;
+                        break 'keys;
+                    }
                 }
             }
         }
-        if removable >= GONE_ALL && gone == removable {
+        if removable >= GONE_ALL && !present {
             return Err(format!(
                 "every one of the {removable} members the record {} says were copied from node \
                  {} is gone from it: a --remove has run (with another record?), and this copy \
@@ -376,8 +404,7 @@ fn refuse_if_removed(
 impl Cluster {
     /// How many keys old node `i` owns, and the members of those that move
     /// (node `here` under NEW is this one), and of every key the record
-    /// says was copied from it or pending (emptied since, such a key is not
-    /// listed).
+    /// names (`recorded`: emptied since, such a key is not listed).
     /// Only moved keys' members are read: about a quarter of them for a
     /// fourth node.
     fn moved_sets_of(
@@ -385,19 +412,16 @@ impl Cluster {
         i: usize,
         new: &Cluster,
         here: Option<usize>,
-        rec: &Record,
+        recorded: &BTreeSet<String>,
     ) -> Result<(usize, Sets), String> {
         let owned = self.owned(i, "*")?;
         let listed = owned.len();
         let moves = |k: &String| here != Some(new.ring.locate(k.as_bytes()));
         let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
         let seen: BTreeSet<&String> = keys.iter().collect();
-        let gone: BTreeSet<String> = rec
-            .copied
-            .keys()
-            .chain(rec.pending.keys())
+        let gone: Vec<String> = recorded
+            .iter()
             .filter(|k| !seen.contains(k))
-            .filter(|k| self.ring.locate(k.as_bytes()) == i && moves(k))
             .cloned()
             .collect();
         keys.extend(gone);
