@@ -597,7 +597,7 @@ fn reshard_with_writes_between(mode: &'static [&'static str]) {
             tmp.path().join("no/such/dir/r"),
             "to lock the reshard record",
         ),
-        (blocked.join("r"), "writing the reshard record"),
+        (blocked.join("r"), "for the reshard record"),
     ] {
         let at = at.to_str().unwrap();
         let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new, "--record", at]);
@@ -721,10 +721,12 @@ fn reshard_copy_that_fails_midway_is_set_right_by_the_next() {
     fs::write(&new_path, c.config(5, free_port())).unwrap();
     let new = new_path.to_str().unwrap().to_owned();
     ok(&["cluster", "reshard", &old, &new]);
-    let added: Vec<Tag> = make_tags(43, 1500)
+    let mut added: Vec<Tag> = make_tags(43, 1500)
         .into_iter()
         .filter(|t| !truth.contains(t))
         .collect();
+    // Some with long subjects: a command naming one passes 64 bytes.
+    added.extend((0..300).map(|i| Tag::new(format!("obj{i}"), "isa", format!("{i:0>60}"))));
     write(&mut c.conn(), &added, true, true);
     // The fifth node refuses any request over 64 bytes (and closes the
     // connection): the copy reaches the fourth node, then fails.
@@ -750,4 +752,72 @@ fn reshard_copy_that_fails_midway_is_set_right_by_the_next() {
     ok(&["cluster", "reshard", &old, &new, "--remove"]);
     let reference = reference(tmp.path(), &truth);
     same_finds(&mut c.conn(), &reference, &truth, &gone);
+}
+
+/// Regressions from a review: a new node re-created empty after a copy
+/// kept its record's members nowhere (the next copies sent nothing, and
+/// `--remove` deleted the only copy); a node taking requests of less than
+/// a peak's SADD refused every run; and clients' deletes of every moved
+/// key were taken for a stale record with no way to apply them.
+#[test]
+fn reshard_checks_the_new_nodes_and_their_request_limits() {
+    if !have_tools("cluster_tools", &["nutcracker"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::nodes(tmp.path(), 4);
+    // The new node takes requests of 4 KiB at most.
+    let small: &'static [&'static str] = &["--half-only", "--max-request-bytes", "4096"];
+    c.restart_as(3, small);
+    let old = c.start_proxy(3, "old.yml");
+    let proxy = c.kids.0.len() - 1;
+    let old = old.to_str().unwrap().to_owned();
+    let mut tags = make_tags(47, 3000);
+    // Peaks: 20 subjects of 400 objects each (a SADD of one passes 4 KiB).
+    for p in 0..20 {
+        tags.extend(
+            (0..400).map(|i| Tag::new(format!("object number {i}"), "isa", format!("peak{p}"))),
+        );
+    }
+    write(&mut c.conn(), &tags, true, true);
+    let new_path = tmp.path().join("new.yml");
+    fs::write(&new_path, c.config(4, free_port())).unwrap();
+    let new = new_path.to_str().unwrap().to_owned();
+    let record = tmp.path().join("new.yml.reshard");
+    ok(&["cluster", "reshard", &old, &new]);
+
+    // The new node re-created empty: refused, nothing changed.
+    let k = c.nodes[3].kid;
+    c.kids.0[k].kill().unwrap();
+    c.kids.0[k].wait().unwrap();
+    fs::remove_file(&c.nodes[3].store).unwrap();
+    let port = c.nodes[3].port;
+    c.start_node(3, Some(port));
+    let kept = fs::read_to_string(&record).unwrap();
+    let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("holds none of the"), "{err}");
+    assert_eq!(fs::read_to_string(&record).unwrap(), kept);
+    assert!(node_keys(port).is_empty(), "the new node got keys");
+    // As the message says: without the record the next copy copies all.
+    fs::remove_file(&record).unwrap();
+    ok(&["cluster", "reshard", &old, &new]);
+
+    // Every tag deleted by the clients: taken for a stale record, then
+    // applied when the user says the deletes are real.
+    unwrite(&mut c.conn(), &tags);
+    let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--accept-deletes"), "{err}");
+    ok(&["cluster", "reshard", &old, &new, "--accept-deletes"]);
+    c.kids.0[proxy].kill().unwrap();
+    c.kids.0[proxy].wait().unwrap();
+    c.start_proxy(4, "new.yml");
+    ok(&["cluster", "reshard", &old, &new, "--remove"]);
+    let none = BTreeSet::new();
+    let reference = reference(tmp.path(), &none);
+    same_finds(&mut c.conn(), &reference, &none, &tags);
+    for n in &c.nodes {
+        assert!(node_keys(n.port).is_empty(), "a node still holds keys");
+    }
 }

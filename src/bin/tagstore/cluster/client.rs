@@ -53,6 +53,10 @@ impl Client {
         Err(last)
     }
 
+    /// Names the node in errors as `node LABEL (host:port)`.
+    pub fn name(&mut self, label: &str) {
+        self.addr = format!("node {label} ({})", self.addr);
+    }
     /// Queues one command; `flush` or `reply` sends it.
     pub fn send<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Result<(), String> {
         let mut buf = format!("*{}\r\n", args.len()).into_bytes();
@@ -201,9 +205,27 @@ impl Client {
     /// or removed under one key is added or removed under the tag's other
     /// key too. A half-only node, or any other server, keeps each set apart.
     pub fn keeps_whole_tags(&mut self) -> Result<bool, String> {
+        Ok(self.info_field("half_only")?.as_deref() == Some("0"))
+    }
+
+    /// The largest request the node takes, in bytes, if its INFO says
+    /// (`max_request_bytes`, a `tagstore serve` node's `--max-request-bytes`).
+    pub fn max_request_bytes(&mut self) -> Result<Option<usize>, String> {
+        Ok(self
+            .info_field("max_request_bytes")?
+            .and_then(|v| v.parse().ok()))
+    }
+
+    /// The value of `name:value` in the node's INFO, if there.
+    fn info_field(&mut self, name: &str) -> Result<Option<String>, String> {
         let info = utf8(self.call(&["INFO"])?)
             .ok_or_else(|| format!("{}: INFO: unexpected reply", self.addr))?;
-        Ok(info.lines().any(|l| l.trim_end() == "half_only:0"))
+        Ok(info.lines().find_map(|l| {
+            l.trim_end()
+                .strip_prefix(name)
+                .and_then(|v| v.strip_prefix(':'))
+                .map(str::to_owned)
+        }))
     }
 
     /// The members of each key (pipelined SMEMBERS).

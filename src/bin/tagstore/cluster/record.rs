@@ -141,7 +141,9 @@ impl Record {
         let (Some("end"), Some(count), Some(digest), None) =
             (end.next(), end.next(), end.next(), end.next())
         else {
-            return Err(bad("no `end` line: the file was cut short"));
+            return Err(bad(
+                "its last line is not its `end` line (cut short, or written to after it)",
+            ));
         };
         if !text.ends_with('\n') || digest != hex(&md5(body.as_bytes())) {
             return Err(bad("its digest does not match its lines"));
@@ -228,7 +230,13 @@ impl Record {
         let digest = hex(&md5(text.as_bytes()));
         text.push_str(&format!("end {count} {digest}\n"));
         let tmp = tmp_path(path);
-        let err = |e: std::io::Error| format!("writing the reshard record {}: {e}", path.display());
+        let err = |e: std::io::Error| {
+            format!(
+                "writing {} (for the reshard record {}): {e}",
+                tmp.display(),
+                path.display()
+            )
+        };
         let mut f = fs::File::create(&tmp).map_err(err)?;
         f.write_all(text.as_bytes()).map_err(err)?;
         f.sync_all().map_err(err)?;
@@ -242,7 +250,13 @@ impl Record {
     /// created (no such directory, no permission), writing nothing else.
     pub fn check_writable(path: &Path) -> Result<(), String> {
         let tmp = tmp_path(path);
-        let err = |e: std::io::Error| format!("writing the reshard record {}: {e}", path.display());
+        let err = |e: std::io::Error| {
+            format!(
+                "writing {} (for the reshard record {}): {e}",
+                tmp.display(),
+                path.display()
+            )
+        };
         fs::File::create(&tmp).map_err(err)?;
         fs::remove_file(&tmp).map_err(err)
     }
@@ -261,6 +275,25 @@ impl Record {
             )),
         }
     }
+}
+
+/// Where `--remove` lists the pending members it could not settle.
+pub fn unsure_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".unsure");
+    PathBuf::from(p)
+}
+
+/// Writes `(key, member)` pairs to `list`, one TSV-escaped line each.
+pub fn write_unsure(list: &Path, pairs: &[(String, String)]) -> Result<(), String> {
+    let mut text = String::new();
+    for (k, m) in pairs {
+        text.push_str(&tsv::escape(k));
+        text.push('\t');
+        text.push_str(&tsv::escaped(m));
+        text.push('\n');
+    }
+    fs::write(list, text).map_err(|e| format!("writing {}: {e}", list.display()))
 }
 
 /// Where a record is written before it is renamed over `path`.

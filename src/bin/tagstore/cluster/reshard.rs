@@ -16,6 +16,7 @@
 //! between), so an interrupted run leaves nothing the next copy cannot set
 //! right.
 
+use super::client::{Client, Reply};
 use super::config::Pool;
 use super::load_pool;
 use super::record::{self, Lock, Record, Sets, State};
@@ -39,6 +40,11 @@ pub struct ReshardArgs {
     /// Where to keep what the copies copied [default: NEW_CONFIG.reshard].
     #[arg(long)]
     record: Option<PathBuf>,
+    /// Copy even when an old node has lost every member the record copied
+    /// from it (as a `--remove` leaves it): your clients deleted them, and
+    /// the copy deletes them from the new nodes too.
+    #[arg(long)]
+    accept_deletes: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -46,19 +52,31 @@ pub struct ReshardArgs {
 /// Commands for one node, pipelined at the end of an old node's pass.
 type Cmds = Vec<Vec<Vec<u8>>>;
 
-/// Most bytes of members in one command: a node refuses a request over its
-/// `--max-request-bytes` (8 MiB by default) and closes the connection, and
-/// a peak's members pass that (80,000 of 150 bytes).
+/// Most bytes in one command: a node refuses a request over its
+/// `--max-request-bytes` (8 MiB by default, said by its INFO) and closes
+/// the connection, and a peak's members pass that (80,000 of 150 bytes).
 const COMMAND_BYTES: usize = 1 << 20;
 
-/// `SADD`/`SREM key members…`, as many commands as keep each under
-/// [`COMMAND_BYTES`] of members, appended to `cmds`.
-fn push_commands(cmds: &mut Cmds, verb: &str, k: &str, members: &[&String]) {
+/// The bytes a command to a node may take: [`COMMAND_BYTES`], or less when
+/// the node's INFO says it takes less (`max_request_bytes`).
+fn command_bytes(node: &mut Client) -> Result<usize, String> {
+    Ok(node
+        .max_request_bytes()?
+        .map_or(COMMAND_BYTES, |n| n.min(COMMAND_BYTES)))
+}
+
+/// `SADD`/`SREM key members…`, as many commands as keep each request
+/// (framing counted generously) within `limit` bytes, appended to `cmds`.
+/// A member too large for any command goes alone (the node refuses it).
+fn push_commands(cmds: &mut Cmds, limit: usize, verb: &str, k: &str, members: &[&String]) {
+    // Per argument: `$<len>\r\n…\r\n`, the length at most 10 digits.
+    let cost = |len: usize| len + 16;
+    let budget = limit.saturating_sub(16 + cost(verb.len()) + cost(k.len()));
     let mut rest = members;
     while !rest.is_empty() {
         let (mut n, mut bytes) = (0, 0);
-        while n < rest.len() && (n == 0 || bytes + rest[n].len() + 16 <= COMMAND_BYTES) {
-            bytes += rest[n].len() + 16;
+        while n < rest.len() && (n == 0 || bytes + cost(rest[n].len()) <= budget) {
+            bytes += cost(rest[n].len());
             n += 1;
         }
         let mut cmd = vec![verb.as_bytes().to_vec(), k.as_bytes().to_vec()];
@@ -114,6 +132,11 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
     let whole_old = whole_tag_nodes(&mut c_old)?;
     let whole_new = whole_tag_nodes(&mut c_new)?;
+    let limits = c_new
+        .nodes
+        .iter_mut()
+        .map(command_bytes)
+        .collect::<Result<Vec<_>, _>>()?;
     if whole_old.iter().chain(&whole_new).any(|w| *w) {
         bar.suspend(|| {
             eprintln!(
@@ -134,17 +157,6 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             )
         });
     }
-    // Before any node changes: a record that cannot be written stops here.
-    if !had_record || (a.remove && rec.state == State::Copying) {
-        // From here on (--remove) the old nodes lose members: no copy may
-        // run again.
-        if a.remove {
-            rec.state = State::Removing;
-        }
-        rec.save(&path)?;
-    } else {
-        Record::check_writable(&path)?;
-    }
     // A node is the same node in both files when its address is.
     let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
     let new_index: BTreeMap<String, usize> =
@@ -159,15 +171,28 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         total += listed;
         reads.push((here, sets));
     }
-    if !a.remove {
+    if !a.remove && !a.accept_deletes {
         refuse_if_removed(&rec, &reads, &recorded, &whole_old, &c_old, &c_new, &path)?;
+    }
+    refuse_if_new_nodes_lost(&rec, &mut c_new, &path)?;
+    // Before any node changes: a record that cannot be written stops here.
+    if !had_record || (a.remove && rec.state == State::Copying) {
+        // From here on (--remove) the old nodes lose members: no copy may
+        // run again.
+        if a.remove {
+            rec.state = State::Removing;
+        }
+        rec.save(&path)?;
+    } else {
+        Record::check_writable(&path)?;
     }
     let mut moved = 0usize;
     // Per new node: keys moved in; per old node: moved out.
     let mut moved_in = vec![0usize; new.servers.len()];
     let mut moved_out = vec![0usize; old.servers.len()];
     let (mut added, mut deleted, mut removed, mut kept) = (0usize, 0usize, 0usize, 0usize);
-    let mut unsure = 0usize;
+    // Pending members missing on their old node at --remove: (key, member).
+    let mut unsure: Vec<(String, String)> = Vec::new();
     for (i, (here, sets)) in reads.into_iter().enumerate() {
         let mut srem_old: Cmds = Vec::new();
         let mut sadd: Vec<Cmds> = vec![Vec::new(); new.servers.len()];
@@ -185,7 +210,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             // may have been added again on the new one: only adds apply.
             let dels: Vec<&String> = match a.remove {
                 true => {
-                    unsure += pending.difference(now).count();
+                    unsure.extend(pending.difference(now).map(|m| (k.clone(), m.clone())));
                     Vec::new()
                 }
                 false => before
@@ -202,10 +227,10 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 during.push((k, sure, changing));
             }
             if !adds.is_empty() {
-                push_commands(&mut sadd[j], "SADD", k, &adds);
+                push_commands(&mut sadd[j], limits[j], "SADD", k, &adds);
             }
             if !dels.is_empty() {
-                push_commands(&mut srem_new[j], "SREM", k, &dels);
+                push_commands(&mut srem_new[j], limits[j], "SREM", k, &dels);
             }
             if !now.is_empty() {
                 moved += 1;
@@ -224,7 +249,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                         kept += 1;
                     } else {
                         removed += 1;
-                        push_commands(&mut srem_old, "SREM", k, &[m]);
+                        push_commands(&mut srem_old, COMMAND_BYTES, "SREM", k, &[m]);
                     }
                 }
             }
@@ -292,11 +317,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         );
     }
     if a.remove {
-        if unsure > 0 {
+        if !unsure.is_empty() {
+            let list = record::unsure_path(&path);
+            record::write_unsure(&list, &unsure)?;
             eprintln!(
-                "warning: {unsure} members that an unfinished copy was adding or deleting are \
+                "warning: {} members that an unfinished copy was adding or deleting are \
                  missing on their old nodes and may remain on the new ones (the last copy \
-                 before the switch had failed)"
+                 before the switch had failed); they are listed in {} (key, member, \
+                 TSV-escaped): SREM through the proxy those your clients deleted",
+                unsure.len(),
+                list.display()
             );
         }
         say!(
@@ -314,6 +344,46 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             "new nodes: added {added} members, deleted {deleted} the old nodes lost since the last copy (record {})",
             path.display()
         );
+    }
+    Ok(())
+}
+
+/// How many keys a new node is asked about at most (SCARD) to tell that it
+/// still holds what the record says was copied to it.
+const NEW_NODE_SAMPLE: usize = 1000;
+
+/// Refuses when a new node holds none of the keys the record says were
+/// copied to it (at least [`GONE_ALL`]; up to [`NEW_NODE_SAMPLE`] asked): it
+/// was re-created or restored since, a copy would not copy them again, and
+/// `--remove` would then delete the only copy (a review lost a quarter of
+/// a cluster so).
+fn refuse_if_new_nodes_lost(rec: &Record, c_new: &mut Cluster, path: &Path) -> Result<(), String> {
+    let mut by: Vec<Vec<&String>> = vec![Vec::new(); c_new.nodes.len()];
+    for k in rec.copied.keys() {
+        by[c_new.ring.locate(k.as_bytes())].push(k);
+    }
+    for (j, keys) in by.iter().enumerate() {
+        if keys.len() < GONE_ALL {
+            continue;
+        }
+        let ask: Cmds = keys
+            .iter()
+            .take(NEW_NODE_SAMPLE)
+            .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
+            .collect();
+        c_new.step(j, "checking that it holds what was copied to it");
+        let replies = c_new.nodes[j].pipeline(&ask)?;
+        if replies.iter().all(|r| *r == Reply::Int(0)) {
+            return Err(format!(
+                "node {} holds none of the {} keys the record {} says were copied to it (asked \
+                 {}): it was re-created or restored since. Nothing was changed; delete the \
+                 record, and the next copy copies every moved key to it again",
+                c_new.labels[j],
+                keys.len(),
+                path.display(),
+                ask.len()
+            ));
+        }
     }
     Ok(())
 }
@@ -391,8 +461,9 @@ fn refuse_if_removed(
             return Err(format!(
                 "every one of the {removable} members the record {} says were copied from node \
                  {} is gone from it: a --remove has run (with another record?), and this copy \
-                 would delete them from the new nodes. Nothing was changed; if the old node \
-                 really lost them, delete the record and copy again",
+                 would delete them from the new nodes. Nothing was changed. If your clients \
+                 deleted them, run again with --accept-deletes (deleting the record instead \
+                 would bring them back)",
                 path.display(),
                 c_old.labels[i]
             ));
@@ -446,7 +517,7 @@ mod tests {
         let members: Vec<String> = (0..100_000).map(|i| format!("{i:0>140}")).collect();
         let refs: Vec<&String> = members.iter().collect();
         let mut cmds = Cmds::new();
-        push_commands(&mut cmds, "SADD", "s:1:r:peak", &refs);
+        push_commands(&mut cmds, COMMAND_BYTES, "SADD", "s:1:r:peak", &refs);
         assert!(cmds.len() > 1);
         let mut sent = Vec::new();
         for c in &cmds {
@@ -454,7 +525,7 @@ mod tests {
                 (c[0].as_slice(), c[1].as_slice()),
                 (&b"SADD"[..], &b"s:1:r:peak"[..])
             );
-            let bytes: usize = c[2..].iter().map(|m| m.len() + 16).sum();
+            let bytes: usize = c.iter().map(|m| m.len() + 16).sum::<usize>() + 16;
             assert!(bytes <= COMMAND_BYTES, "{bytes}");
             sent.extend(c[2..].iter().cloned());
         }
@@ -463,10 +534,18 @@ mod tests {
         // A member larger than the bound still goes, alone.
         let big = "x".repeat(COMMAND_BYTES + 1);
         let mut cmds = Cmds::new();
-        push_commands(&mut cmds, "SREM", "k", &[&big, &big]);
+        push_commands(&mut cmds, COMMAND_BYTES, "SREM", "k", &[&big, &big]);
         assert_eq!(cmds.len(), 2);
         let mut none = Cmds::new();
-        push_commands(&mut none, "SADD", "k", &[]);
+        push_commands(&mut none, COMMAND_BYTES, "SADD", "k", &[]);
         assert!(none.is_empty());
+        // A node that takes less: every request within its limit.
+        let mut small = Cmds::new();
+        push_commands(&mut small, 4096, "SADD", "s:1:r:peak", &refs[..1000]);
+        assert!(small.len() > 30);
+        for c in &small {
+            let request: usize = c.iter().map(|m| m.len() + 16).sum::<usize>() + 16;
+            assert!(request <= 4096, "{request}");
+        }
     }
 }

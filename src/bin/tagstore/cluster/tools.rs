@@ -95,8 +95,10 @@ impl Cluster {
             .servers
             .iter()
             .map(|s| {
-                Client::connect(&format!("{}:{}", s.host, s.port), t)
-                    .map_err(|e| format!("node {}: {e}", s.label()))
+                let mut c = Client::connect(&format!("{}:{}", s.host, s.port), t)
+                    .map_err(|e| format!("node {}: {e}", s.label()))?;
+                c.name(&s.label());
+                Ok::<Client, String>(c)
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Cluster {

@@ -24,6 +24,9 @@ pub struct Facts {
     pub max_clients: usize,
     /// `--durability`, as given.
     pub durability: &'static str,
+    /// `--max-request-bytes` (INFO says it, so the cluster tools size
+    /// their commands to it).
+    pub max_request_bytes: usize,
     /// Connections open now (the loop updates it every turn).
     pub clients: Cell<usize>,
 }
@@ -258,6 +261,7 @@ pub fn info(store: &Store, facts: &Facts, rest: &[&[u8]], resp3: bool, out: &mut
         &[
             (count, store.len().to_string()),
             ("half_only", u8::from(store.is_half_only()).to_string()),
+            ("max_request_bytes", facts.max_request_bytes.to_string()),
         ],
     );
     match resp3 {

@@ -75,6 +75,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         port: listener.local_addr().map_or(0, |a| a.port()),
         max_clients: cfg.max_clients,
         durability: cfg.durability,
+        max_request_bytes: cfg.limits.max_request_bytes,
         clients: Cell::new(0),
     };
     let ctx = Context {
