@@ -18,6 +18,7 @@
 
 use super::client::{Client, Reply};
 use super::config::Pool;
+use super::ketama::Ring;
 use super::load_pool;
 use super::record::{self, Lock, Record, Sets, State};
 use super::tools::{key, parse_key, spinner, Cluster, Common};
@@ -163,13 +164,17 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         (0..new.servers.len()).map(|j| (addr(&new, j), j)).collect();
     // Every old node read before any is changed.
     let mut total = 0usize;
-    let mut reads = Vec::with_capacity(old.servers.len());
     let recorded = record_keys_by_node(&rec, &c_old);
-    for (i, recorded) in recorded.iter().enumerate() {
-        let here = new_index.get(&addr(&old, i)).copied();
-        let (listed, sets) = c_old.moved_sets_of(i, &c_new, here, recorded)?;
+    let heres: Vec<Option<usize>> = (0..old.servers.len())
+        .map(|i| new_index.get(&addr(&old, i)).copied())
+        .collect();
+    let mut reads = Vec::with_capacity(old.servers.len());
+    for (i, (listed, sets)) in read_all_moved(&mut c_old, &c_new, &heres, &recorded)?
+        .into_iter()
+        .enumerate()
+    {
         total += listed;
-        reads.push((here, sets));
+        reads.push((heres[i], sets));
     }
     if !a.remove && !a.accept_deletes {
         refuse_if_removed(&rec, &reads, &recorded, &whole_old, &c_old, &c_new, &path)?;
@@ -472,38 +477,73 @@ fn refuse_if_removed(
     Ok(())
 }
 
-impl Cluster {
-    /// How many keys old node `i` owns, and the members of those that move
-    /// (node `here` under NEW is this one), and of every key the record
-    /// names (`recorded`: emptied since, such a key is not listed).
-    /// Only moved keys' members are read: about a quarter of them for a
-    /// fourth node.
-    fn moved_sets_of(
-        &mut self,
-        i: usize,
-        new: &Cluster,
-        here: Option<usize>,
-        recorded: &BTreeSet<String>,
-    ) -> Result<(usize, Sets), String> {
-        let owned = self.owned(i, "*")?;
-        let listed = owned.len();
-        let moves = |k: &String| here != Some(new.ring.locate(k.as_bytes()));
-        let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
-        let seen: BTreeSet<&String> = keys.iter().collect();
-        let gone: Vec<String> = recorded
-            .iter()
-            .filter(|k| !seen.contains(k))
-            .cloned()
+/// How many keys old node `i` owns, and the members of those that move
+/// (node `here` under NEW is this one), and of every key the record names
+/// (`recorded`: emptied since, such a key is not listed). Only moved keys'
+/// members are read: about a quarter of them for a fourth node.
+fn read_moved(
+    node: &mut Client,
+    i: usize,
+    old: &Ring,
+    new: &Ring,
+    here: Option<usize>,
+    recorded: &BTreeSet<String>,
+) -> Result<(usize, Sets), String> {
+    let owned: Vec<String> = node
+        .scan_all("*")?
+        .into_iter()
+        .filter(|k| old.locate(k.as_bytes()) == i)
+        .collect();
+    let listed = owned.len();
+    let moves = |k: &String| here != Some(new.locate(k.as_bytes()));
+    let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
+    let seen: BTreeSet<&String> = keys.iter().collect();
+    let gone: Vec<String> = recorded
+        .iter()
+        .filter(|k| !seen.contains(k))
+        .cloned()
+        .collect();
+    keys.extend(gone);
+    let members = node.members(&keys)?;
+    let sets = keys
+        .into_iter()
+        .zip(members)
+        .map(|(k, m)| (k, m.into_iter().collect()))
+        .collect();
+    Ok((listed, sets))
+}
+
+/// [`read_moved`] of every old node, all at once (one thread each: the
+/// nodes are other machines, and a copy's pause is this read).
+fn read_all_moved(
+    c_old: &mut Cluster,
+    c_new: &Cluster,
+    heres: &[Option<usize>],
+    recorded: &[BTreeSet<String>],
+) -> Result<Vec<(usize, Sets)>, String> {
+    let n = c_old.nodes.len();
+    c_old.bar.set_message(format!(
+        "reading the keys of {n} old nodes and the members of those that move"
+    ));
+    let (old, new) = (&c_old.ring, &c_new.ring);
+    std::thread::scope(|scope| {
+        let running: Vec<_> = c_old
+            .nodes
+            .iter_mut()
+            .enumerate()
+            .map(|(i, node)| {
+                let (here, recorded) = (heres[i], &recorded[i]);
+                scope.spawn(move || read_moved(node, i, old, new, here, recorded))
+            })
             .collect();
-        keys.extend(gone);
-        let members = self.members(i, &keys)?;
-        let sets = keys
+        running
             .into_iter()
-            .zip(members)
-            .map(|(k, m)| (k, m.into_iter().collect()))
-            .collect();
-        Ok((listed, sets))
-    }
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a node's reader failed".into()))
+            })
+            .collect()
+    })
 }
 
 #[cfg(test)]
