@@ -119,25 +119,39 @@ impl Cluster {
             .collect())
     }
 
-    /// Every owned key matching `pattern` on every node, with its members.
+    /// Every owned key matching `pattern` on every node, with its members;
+    /// the nodes read at once (a thread each).
     fn owned_sets(&mut self, pattern: &str) -> Result<Vec<BTreeMap<String, Vec<String>>>, String> {
-        let mut all = Vec::new();
-        for i in 0..self.nodes.len() {
-            let keys = self.owned(i, pattern)?;
-            let members = self.members(i, &keys)?;
-            all.push(keys.into_iter().zip(members).collect());
-        }
-        Ok(all)
-    }
-
-    /// The members of each of `keys` on node `i`.
-    pub(super) fn members(
-        &mut self,
-        i: usize,
-        keys: &[String],
-    ) -> Result<Vec<Vec<String>>, String> {
-        self.step(i, &format!("reading the members of {} keys", keys.len()));
-        self.nodes[i].members(keys)
+        let n = self.nodes.len();
+        self.bar.set_message(format!(
+            "reading the {pattern} keys of {n} nodes and their members"
+        ));
+        let ring = &self.ring;
+        std::thread::scope(|scope| {
+            let running: Vec<_> = self
+                .nodes
+                .iter_mut()
+                .enumerate()
+                .map(|(i, node)| {
+                    scope.spawn(move || {
+                        let keys: Vec<String> = node
+                            .scan_all(pattern)?
+                            .into_iter()
+                            .filter(|k| ring.locate(k.as_bytes()) == i)
+                            .collect();
+                        let members = node.members(&keys)?;
+                        Ok(keys.into_iter().zip(members).collect())
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err("a node's reader failed".into()))
+                })
+                .collect()
+        })
     }
 
     /// Shows that node `i` is doing `what`.
