@@ -821,3 +821,64 @@ fn reshard_checks_the_new_nodes_and_their_request_limits() {
         assert!(node_keys(n.port).is_empty(), "a node still holds keys");
     }
 }
+
+/// A review's finding: `--remove` after a copy that failed (the switch
+/// made anyway) said only how many pending members were missing on their
+/// old nodes, and deleted the record, the only list of them. It now lists
+/// every pending member, copied again or left, in `RECORD.unsure`.
+#[test]
+fn reshard_remove_after_a_failed_copy_lists_what_it_could_not_settle() {
+    if !have_tools("cluster_tools", &["nutcracker"]) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = Cluster::nodes(tmp.path(), 5);
+    let old = c.start_proxy(3, "old.yml");
+    let proxy = c.kids.0.len() - 1;
+    let old = old.to_str().unwrap().to_owned();
+    let mut tags = make_tags(53, 2000);
+    tags.extend((0..300).map(|i| Tag::new(format!("obj{i}"), "isa", format!("{i:0>60}"))));
+    write(&mut c.conn(), &tags, true, true);
+    let new_path = tmp.path().join("new.yml");
+    fs::write(&new_path, c.config(5, free_port())).unwrap();
+    let new = new_path.to_str().unwrap().to_owned();
+    // The fifth node takes requests of 64 bytes at most: the copy fails.
+    c.restart_as(4, &["--half-only", "--max-request-bytes", "64"]);
+    let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 1, "the copy did not fail: {err}");
+    let record = fs::read_to_string(tmp.path().join("new.yml.reshard")).unwrap();
+    let pending = record
+        .split("\npending\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains('\t'))
+        .count();
+    assert!(pending > 0, "nothing pending");
+    c.restart_as(4, &["--half-only"]);
+    // Switched without copying again.
+    c.kids.0[proxy].kill().unwrap();
+    c.kids.0[proxy].wait().unwrap();
+    c.start_proxy(5, "new.yml");
+    let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new, "--remove"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("the last copy before the switch did not finish"),
+        "{err}"
+    );
+    let unsure = tmp.path().join("new.yml.reshard.unsure");
+    let text = fs::read_to_string(&unsure).unwrap();
+    assert_eq!(text.lines().count(), pending, "{err}");
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        assert_eq!(f.len(), 3, "{line:?}");
+        assert!(f[0] == "copied" || f[0] == "left", "{line:?}");
+        assert!(tsv::unescape(f[1]).is_ok() && tsv::unescape(f[2]).is_ok());
+    }
+    // Nothing was deleted: every pending member was on its old node.
+    assert!(text.lines().all(|l| l.starts_with("copied\t")));
+    // The cluster holds every tag where nutcracker now sends it.
+    let truth: BTreeSet<Tag> = tags.iter().cloned().collect();
+    let reference = reference(tmp.path(), &truth);
+    same_finds(&mut c.conn(), &reference, &truth, &[]);
+}

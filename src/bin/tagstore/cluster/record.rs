@@ -98,6 +98,13 @@ impl Lock {
         // SAFETY: plain syscall on a descriptor we own.
         let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
         if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(format!(
+                    "locking {} for the reshard record: {e}",
+                    dir.display()
+                ));
+            }
             return Err(format!(
                 "another `tagstore cluster reshard` is running with a record in {}; wait for it \
                  to finish (two runs at once could undo each other's work)",
@@ -284,16 +291,25 @@ pub fn unsure_path(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Writes `(key, member)` pairs to `list`, one TSV-escaped line each.
-pub fn write_unsure(list: &Path, pairs: &[(String, String)]) -> Result<(), String> {
+/// Appends `(state, key, member)` lines to `list`, TSV-escaped, synced.
+pub fn append_unsure(list: &Path, rows: &[(&str, String, String)]) -> Result<(), String> {
     let mut text = String::new();
-    for (k, m) in pairs {
+    for (state, k, m) in rows {
+        text.push_str(state);
+        text.push('\t');
         text.push_str(&tsv::escape(k));
         text.push('\t');
         text.push_str(&tsv::escaped(m));
         text.push('\n');
     }
-    fs::write(list, text).map_err(|e| format!("writing {}: {e}", list.display()))
+    let err = |e: std::io::Error| format!("writing {}: {e}", list.display());
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(list)
+        .map_err(err)?;
+    f.write_all(text.as_bytes()).map_err(err)?;
+    f.sync_all().map_err(err)
 }
 
 /// Where a record is written before it is renamed over `path`.

@@ -44,7 +44,7 @@ pub struct ReshardArgs {
     /// Copy even when an old node has lost every member the record copied
     /// from it (as a `--remove` leaves it): your clients deleted them, and
     /// the copy deletes them from the new nodes too.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "remove")]
     accept_deletes: bool,
     #[command(flatten)]
     common: Common,
@@ -111,10 +111,12 @@ fn open_record(a: &ReshardArgs, old: &Pool, new: &Pool, path: &Path) -> Result<R
     Ok(r)
 }
 
-/// A copy refuses to run when at least this many members it copied from
-/// one old node, all that a `--remove` removes, are gone from it: a
-/// `--remove` has run (with another record), and the copy would delete
-/// them all from the new nodes.
+/// The least evidence either check before a run's changes acts on: a
+/// copy refuses when at least this many members it copied from one old
+/// node, all that a `--remove` removes, are gone from it (a `--remove` has
+/// run with another record, and the copy would delete them all from the
+/// new nodes); a run refuses when a new node holds none of at least this
+/// many keys copied to it.
 const GONE_ALL: usize = 20;
 
 /// `tagstore cluster reshard`.
@@ -196,8 +198,15 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let mut moved_in = vec![0usize; new.servers.len()];
     let mut moved_out = vec![0usize; old.servers.len()];
     let (mut added, mut deleted, mut removed, mut kept) = (0usize, 0usize, 0usize, 0usize);
-    // Pending members missing on their old node at --remove: (key, member).
-    let mut unsure: Vec<(String, String)> = Vec::new();
+    // Pending members at --remove (the last copy failed), found on their
+    // old node (copied now) or not (left as they are): (state, key, member).
+    let mut unsure: Vec<(&str, String, String)> = Vec::new();
+    let mut unsure_here: Vec<(&str, String, String)> = Vec::new();
+    let old_limits = c_old
+        .nodes
+        .iter_mut()
+        .map(command_bytes)
+        .collect::<Result<Vec<_>, _>>()?;
     for (i, (here, sets)) in reads.into_iter().enumerate() {
         let mut srem_old: Cmds = Vec::new();
         let mut sadd: Vec<Cmds> = vec![Vec::new(); new.servers.len()];
@@ -215,7 +224,10 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             // may have been added again on the new one: only adds apply.
             let dels: Vec<&String> = match a.remove {
                 true => {
-                    unsure.extend(pending.difference(now).map(|m| (k.clone(), m.clone())));
+                    for m in pending {
+                        let state = if now.contains(m) { "copied" } else { "left" };
+                        unsure_here.push((state, k.clone(), m.clone()));
+                    }
                     Vec::new()
                 }
                 false => before
@@ -249,14 +261,12 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 // half-only node keeps each half apart: every moved member
                 // goes (kept, it would be a stale copy that a later
                 // reshard or repair brings back after a delete).
-                for m in now {
-                    if stays(whole_old[i], k, m, here, &c_new) {
-                        kept += 1;
-                    } else {
-                        removed += 1;
-                        push_commands(&mut srem_old, COMMAND_BYTES, "SREM", k, &[m]);
-                    }
-                }
+                let (keep, gone): (Vec<&String>, Vec<&String>) = now
+                    .iter()
+                    .partition(|m| stays(whole_old[i], k, m, here, &c_new));
+                kept += keep.len();
+                removed += gone.len();
+                push_commands(&mut srem_old, old_limits[i], "SREM", k, &gone);
             }
         }
         let (copies, srems) = (
@@ -285,8 +295,21 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             c_new.nodes[j].pipeline(cmds)?;
         }
         if a.remove {
-            c_old.step(i, &format!("removing {} moved members", srem_old.len()));
+            c_old.step(
+                i,
+                &format!("removing the moved members ({} SREMs)", srem_old.len()),
+            );
             c_old.nodes[i].pipeline(&srem_old)?;
+            if !unsure_here.is_empty() {
+                // Listed, then forgotten, node by node: a --remove run again
+                // after a failure must not list this node's as left over.
+                record::append_unsure(&record::unsure_path(&path), &unsure_here)?;
+                for (_, k, _) in &unsure_here {
+                    rec.pending.remove(k);
+                }
+                rec.save(&path)?;
+                unsure.append(&mut unsure_here);
+            }
         } else {
             drop(during);
             // Nothing sent and nothing pending: the record already holds
@@ -323,15 +346,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     }
     if a.remove {
         if !unsure.is_empty() {
-            let list = record::unsure_path(&path);
-            record::write_unsure(&list, &unsure)?;
+            let left = unsure.iter().filter(|u| u.0 == "left").count();
             eprintln!(
-                "warning: {} members that an unfinished copy was adding or deleting are \
-                 missing on their old nodes and may remain on the new ones (the last copy \
-                 before the switch had failed); they are listed in {} (key, member, \
-                 TSV-escaped): SREM through the proxy those your clients deleted",
+                "warning: the last copy before the switch did not finish: of the {} members it \
+                 was changing, {} were on their old nodes and were copied again, {left} were \
+                 not and may remain on the new nodes. Each is listed in {} (copied|left, key, \
+                 member; TSV-escaped): a `copied` one your clients deleted after the switch is \
+                 back, a `left` one they deleted before it may be; SREM those through the proxy",
                 unsure.len(),
-                list.display()
+                unsure.len() - left,
+                record::unsure_path(&path).display()
             );
         }
         say!(
@@ -525,7 +549,7 @@ fn read_all_moved(
     c_old.bar.set_message(format!(
         "reading the keys of {n} old nodes and the members of those that move"
     ));
-    let (old, new) = (&c_old.ring, &c_new.ring);
+    let (old, new, labels) = (&c_old.ring, &c_new.ring, &c_old.labels);
     std::thread::scope(|scope| {
         let running: Vec<_> = c_old
             .nodes
@@ -536,11 +560,12 @@ fn read_all_moved(
                 scope.spawn(move || read_moved(node, i, old, new, here, recorded))
             })
             .collect();
-        running
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err("a node's reader failed".into()))
+        // Every thread joined before the first error is returned.
+        let done: Vec<_> = running.into_iter().map(|t| t.join()).collect();
+        done.into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                r.unwrap_or_else(|_| Err(format!("node {}: its reader failed", labels[i])))
             })
             .collect()
     })

@@ -126,7 +126,7 @@ impl Cluster {
         self.bar.set_message(format!(
             "reading the {pattern} keys of {n} nodes and their members"
         ));
-        let ring = &self.ring;
+        let (ring, labels) = (&self.ring, &self.labels);
         std::thread::scope(|scope| {
             let running: Vec<_> = self
                 .nodes
@@ -144,11 +144,12 @@ impl Cluster {
                     })
                 })
                 .collect();
-            running
-                .into_iter()
-                .map(|t| {
-                    t.join()
-                        .unwrap_or_else(|_| Err("a node's reader failed".into()))
+            // Every thread joined before the first error is returned.
+            let done: Vec<_> = running.into_iter().map(|t| t.join()).collect();
+            done.into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    r.unwrap_or_else(|_| Err(format!("node {}: its reader failed", labels[i])))
                 })
                 .collect()
         })
