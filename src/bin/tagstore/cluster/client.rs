@@ -53,6 +53,11 @@ impl Client {
         Err(last)
     }
 
+    /// How errors name the node: `node LABEL (host:port)`, or its address.
+    pub fn label(&self) -> &str {
+        &self.addr
+    }
+
     /// Names the node in errors as `node LABEL (host:port)`.
     pub fn name(&mut self, label: &str) {
         self.addr = format!("node {label} ({})", self.addr);

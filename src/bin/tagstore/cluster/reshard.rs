@@ -21,7 +21,7 @@ use super::config::Pool;
 use super::ketama::Ring;
 use super::load_pool;
 use super::record::{self, Lock, Record, Sets, State};
-use super::tools::{key, parse_key, spinner, Cluster, Common};
+use super::tools::{key, owned_keys, parse_key, spinner, Cluster, Common};
 use crate::out::{say, Out};
 use clap::Args;
 use std::collections::{BTreeMap, BTreeSet};
@@ -513,11 +513,7 @@ fn read_moved(
     here: Option<usize>,
     recorded: &BTreeSet<String>,
 ) -> Result<(usize, Sets), String> {
-    let owned: Vec<String> = node
-        .scan_all("*")?
-        .into_iter()
-        .filter(|k| old.locate(k.as_bytes()) == i)
-        .collect();
+    let owned = owned_keys(node, i, old, "*")?;
     let listed = owned.len();
     let moves = |k: &String| here != Some(new.locate(k.as_bytes()));
     let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
@@ -549,26 +545,8 @@ fn read_all_moved(
     c_old.bar.set_message(format!(
         "reading the keys of {n} old nodes and the members of those that move"
     ));
-    let (old, new, labels) = (&c_old.ring, &c_new.ring, &c_old.labels);
-    std::thread::scope(|scope| {
-        let running: Vec<_> = c_old
-            .nodes
-            .iter_mut()
-            .enumerate()
-            .map(|(i, node)| {
-                let (here, recorded) = (heres[i], &recorded[i]);
-                scope.spawn(move || read_moved(node, i, old, new, here, recorded))
-            })
-            .collect();
-        // Every thread joined before the first error is returned.
-        let done: Vec<_> = running.into_iter().map(|t| t.join()).collect();
-        done.into_iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.unwrap_or_else(|_| Err(format!("node {}: its reader failed", labels[i])))
-            })
-            .collect()
-    })
+    let new = &c_new.ring;
+    c_old.each_node(|i, node, old| read_moved(node, i, old, new, heres[i], &recorded[i]))
 }
 
 #[cfg(test)]

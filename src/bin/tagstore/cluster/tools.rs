@@ -109,16 +109,6 @@ impl Cluster {
         })
     }
 
-    /// The keys matching `pattern` that node `i` owns (shadows left out).
-    pub(super) fn owned(&mut self, i: usize, pattern: &str) -> Result<Vec<String>, String> {
-        self.step(i, "listing keys");
-        let keys = self.nodes[i].scan_all(pattern)?;
-        Ok(keys
-            .into_iter()
-            .filter(|k| self.ring.locate(k.as_bytes()) == i)
-            .collect())
-    }
-
     /// Every owned key matching `pattern` on every node, with its members;
     /// the nodes read at once (a thread each).
     fn owned_sets(&mut self, pattern: &str) -> Result<Vec<BTreeMap<String, Vec<String>>>, String> {
@@ -126,25 +116,28 @@ impl Cluster {
         self.bar.set_message(format!(
             "reading the {pattern} keys of {n} nodes and their members"
         ));
-        let (ring, labels) = (&self.ring, &self.labels);
+        self.each_node(|i, node, ring| {
+            let keys = owned_keys(node, i, ring, pattern)?;
+            let members = node.members(&keys)?;
+            Ok(keys.into_iter().zip(members).collect())
+        })
+    }
+
+    /// `work(i, node, ring)` for every node at once, a thread each (the
+    /// nodes are other machines): the results in node order, or the first
+    /// error once every thread has ended.
+    pub(super) fn each_node<T: Send>(
+        &mut self,
+        work: impl Fn(usize, &mut Client, &Ring) -> Result<T, String> + Sync,
+    ) -> Result<Vec<T>, String> {
+        let (labels, ring, work) = (&self.labels, &self.ring, &work);
         std::thread::scope(|scope| {
             let running: Vec<_> = self
                 .nodes
                 .iter_mut()
                 .enumerate()
-                .map(|(i, node)| {
-                    scope.spawn(move || {
-                        let keys: Vec<String> = node
-                            .scan_all(pattern)?
-                            .into_iter()
-                            .filter(|k| ring.locate(k.as_bytes()) == i)
-                            .collect();
-                        let members = node.members(&keys)?;
-                        Ok(keys.into_iter().zip(members).collect())
-                    })
-                })
+                .map(|(i, node)| scope.spawn(move || work(i, node, ring)))
                 .collect();
-            // Every thread joined before the first error is returned.
             let done: Vec<_> = running.into_iter().map(|t| t.join()).collect();
             done.into_iter()
                 .enumerate()
@@ -161,6 +154,21 @@ impl Cluster {
         self.bar
             .set_message(format!("node {} ({}/{n}): {what}", self.labels[i], i + 1));
     }
+}
+
+/// The keys matching `pattern` that node `i` holds and owns (its shadows
+/// left out: keys `ring` places on another node).
+pub(super) fn owned_keys(
+    node: &mut Client,
+    i: usize,
+    ring: &Ring,
+    pattern: &str,
+) -> Result<Vec<String>, String> {
+    Ok(node
+        .scan_all(pattern)?
+        .into_iter()
+        .filter(|k| ring.locate(k.as_bytes()) == i)
+        .collect())
 }
 
 /// The spinner of a cluster tool (drawn only on a terminal).
@@ -209,28 +217,27 @@ fn cloud(a: &CloudArgs, out: &mut Out) -> Result<(), String> {
     let pattern = format!("{}*", glob_escape(&prefix));
     // (count, subject), sorted as a store's cloud: most used first, then
     // by subject.
-    let mut all: Vec<(u64, String)> = Vec::new();
-    for i in 0..c.nodes.len() {
-        let keys = c.owned(i, &pattern)?;
+    let n = c.nodes.len();
+    bar.set_message(format!("counting the subjects' objects on {n} nodes"));
+    let per_node = c.each_node(|i, node, ring| {
+        let keys = owned_keys(node, i, ring, &pattern)?;
         let cmds: Vec<Vec<Vec<u8>>> = keys
             .iter()
             .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
             .collect();
-        c.step(
-            i,
-            &format!("counting the objects of {} subjects", keys.len()),
-        );
-        let replies = c.nodes[i].pipeline(&cmds)?;
-        for (k, r) in keys.iter().zip(replies) {
+        let mut counts = Vec::with_capacity(keys.len());
+        for (k, r) in keys.iter().zip(node.pipeline(&cmds)?) {
             let Reply::Int(n) = r else {
-                return Err(format!("node {}: SCARD {k}: not an integer", c.labels[i]));
+                return Err(format!("{}: SCARD {k}: not an integer", node.label()));
             };
             let subject = k.get(prefix.len()..).unwrap_or_default();
             if n > 0 {
-                all.push((n as u64, subject.to_owned()));
+                counts.push((n as u64, subject.to_owned()));
             }
         }
-    }
+        Ok(counts)
+    })?;
+    let mut all: Vec<(u64, String)> = per_node.into_iter().flatten().collect();
     bar.finish_and_clear();
     all.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
     all.truncate(a.opts.top);
