@@ -52,6 +52,8 @@ struct Cluster {
     nodes: Vec<Node>,
     dir: PathBuf,
     proxy: u16,
+    /// nutcracker's entry in `kids`.
+    proxy_kid: usize,
 }
 
 impl Cluster {
@@ -67,6 +69,7 @@ impl Cluster {
             nodes: Vec::new(),
             dir: dir.to_path_buf(),
             proxy: 0,
+            proxy_kid: 0,
         };
         for i in 0..n {
             // Created by the node itself, half-only: each node stores only
@@ -107,11 +110,15 @@ impl Cluster {
 
     /// SIGKILLs node `i` and starts it again on the same port.
     fn kill_and_restart(&mut self, i: usize) {
-        let k = self.nodes[i].kid;
-        self.kids.0[k].kill().unwrap();
-        self.kids.0[k].wait().unwrap();
+        self.kill(self.nodes[i].kid);
         let port = self.nodes[i].port;
         self.start_node(i, Some(port));
+    }
+
+    /// SIGKILLs the process `kids[k]` and waits for it.
+    fn kill(&mut self, k: usize) {
+        self.kids.0[k].kill().unwrap();
+        self.kids.0[k].wait().unwrap();
     }
 
     /// A config for the first `n` nodes (named n0, n1, …), listening on `listen`.
@@ -135,10 +142,35 @@ impl Cluster {
             let child = spawn_nutcracker(&path, &self.dir.join(format!("{name}.log")));
             if keep_if_up(&mut self.kids, port, child) {
                 self.proxy = port;
+                self.proxy_kid = self.kids.0.len() - 1;
                 return path;
             }
         }
         panic!("nutcracker did not come up");
+    }
+
+    /// Stops nutcracker and starts it on `name` for the first `n` nodes:
+    /// the switch of a reshard.
+    fn switch_proxy(&mut self, n: usize, name: &str) {
+        self.kill(self.proxy_kid);
+        self.start_proxy(n, name);
+    }
+
+    /// Writes `name` for the first `n` nodes (a listen port nobody uses);
+    /// its path.
+    fn write_config(&self, n: usize, name: &str) -> String {
+        let path = self.dir.join(name);
+        fs::write(&path, self.config(n, free_port())).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    /// SIGKILLs node `i`, deletes its store, and starts it again, empty,
+    /// on the same port.
+    fn recreate_empty(&mut self, i: usize) {
+        self.kill(self.nodes[i].kid);
+        fs::remove_file(&self.nodes[i].store).unwrap();
+        let port = self.nodes[i].port;
+        self.start_node(i, Some(port));
     }
 
     fn conn(&self) -> Conn {
@@ -444,22 +476,34 @@ fn node_keys(port: u16) -> Vec<String> {
     }
 }
 
-#[test]
-fn reshard_three_to_four_nodes() {
+/// `n` half-only nodes (or `mode`'s), nutcracker on a config of the first
+/// three (`old.yml`, its path returned), and `tags` written through it;
+/// `None` (the test skipped) without nutcracker.
+fn three_of(
+    n: usize,
+    mode: &'static [&'static str],
+    tags: &[Tag],
+) -> Option<(tempfile::TempDir, Cluster, String)> {
     if !have_tools("cluster_tools", &["nutcracker"]) {
-        return;
+        return None;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let mut c = Cluster::nodes(tmp.path(), 4);
+    let mut c = Cluster::nodes_with(tmp.path(), n, mode);
     let old = c.start_proxy(3, "old.yml");
     let old = old.to_str().unwrap().to_owned();
+    write(&mut c.conn(), tags, true, true);
+    Some((tmp, c, old))
+}
+
+#[test]
+fn reshard_three_to_four_nodes() {
     let tags = make_tags(13, 6000);
-    write(&mut c.conn(), &tags, true, true);
+    let Some((tmp, mut c, old)) = three_of(4, &["--half-only"], &tags) else {
+        return;
+    };
     let truth: BTreeSet<Tag> = tags.iter().cloned().collect();
     let reference = reference(tmp.path(), &truth);
-    let new_path = tmp.path().join("new.yml");
-    fs::write(&new_path, c.config(4, free_port())).unwrap();
-    let new = new_path.to_str().unwrap().to_owned();
+    let new = c.write_config(4, "new.yml");
 
     // Copy while nutcracker still runs on the old config.
     let copied = ok(&["cluster", "reshard", &old, &new]);
@@ -475,10 +519,7 @@ fn reshard_three_to_four_nodes() {
     assert!((20.0..=30.0).contains(&pct), "{first}");
     same_finds(&mut c.conn(), &reference, &truth, &[]);
     // Switch the proxy to the new config, then remove the moved keys.
-    let k = c.kids.0.len() - 1;
-    c.kids.0[k].kill().unwrap();
-    c.kids.0[k].wait().unwrap();
-    c.start_proxy(4, "new.yml");
+    c.switch_proxy(4, "new.yml");
     let removed = ok(&["cluster", "reshard", &old, &new, "--remove"]);
     eprintln!("reshard --remove:\n{removed}");
     assert_eq!(removed.lines().next(), Some(first));
@@ -570,19 +611,12 @@ fn reshard_keeps_deletes_made_while_it_runs_on_whole_tag_nodes() {
 }
 
 fn reshard_with_writes_between(mode: &'static [&'static str]) {
-    if !have_tools("cluster_tools", &["nutcracker"]) {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = Cluster::nodes_with(tmp.path(), 4, mode);
-    let old = c.start_proxy(3, "old.yml");
-    let old = old.to_str().unwrap().to_owned();
     let tags = make_tags(29, 5000);
-    write(&mut c.conn(), &tags, true, true);
+    let Some((tmp, mut c, old)) = three_of(4, mode, &tags) else {
+        return;
+    };
     let mut truth: BTreeSet<Tag> = tags.iter().cloned().collect();
-    let new_path = tmp.path().join("new.yml");
-    fs::write(&new_path, c.config(4, free_port())).unwrap();
-    let new = new_path.to_str().unwrap().to_owned();
+    let new = c.write_config(4, "new.yml");
     let record = tmp.path().join("new.yml.reshard");
     let more: Vec<Tag> = make_tags(31, 3000)
         .into_iter()
@@ -634,10 +668,7 @@ fn reshard_with_writes_between(mode: &'static [&'static str]) {
     truth.extend(tail.iter().cloned());
     // Switch, then writes under the new config: deletes of tags copied
     // (and of some just added), adds.
-    let k = c.kids.0.len() - 1;
-    c.kids.0[k].kill().unwrap();
-    c.kids.0[k].wait().unwrap();
-    c.start_proxy(4, "new.yml");
+    c.switch_proxy(4, "new.yml");
     // (Not of the tail's: a tag added after the last copy and deleted
     // after the switch comes back, which a pause of writes from the last
     // copy to the switch avoids, as README says.)
@@ -706,20 +737,12 @@ fn reshard_with_writes_between(mode: &'static [&'static str]) {
 /// pending member as the old node has it.
 #[test]
 fn reshard_copy_that_fails_midway_is_set_right_by_the_next() {
-    if !have_tools("cluster_tools", &["nutcracker"]) {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = Cluster::nodes(tmp.path(), 5);
-    let old = c.start_proxy(3, "old.yml");
-    let proxy = c.kids.0.len() - 1;
-    let old = old.to_str().unwrap().to_owned();
     let tags = make_tags(41, 3000);
-    write(&mut c.conn(), &tags, true, true);
+    let Some((tmp, mut c, old)) = three_of(5, &["--half-only"], &tags) else {
+        return;
+    };
     let mut truth: BTreeSet<Tag> = tags.iter().cloned().collect();
-    let new_path = tmp.path().join("new.yml");
-    fs::write(&new_path, c.config(5, free_port())).unwrap();
-    let new = new_path.to_str().unwrap().to_owned();
+    let new = c.write_config(5, "new.yml");
     ok(&["cluster", "reshard", &old, &new]);
     let mut added: Vec<Tag> = make_tags(43, 1500)
         .into_iter()
@@ -746,9 +769,7 @@ fn reshard_copy_that_fails_midway_is_set_right_by_the_next() {
     let mut gone = del;
     gone.extend(added);
     ok(&["cluster", "reshard", &old, &new]);
-    c.kids.0[proxy].kill().unwrap();
-    c.kids.0[proxy].wait().unwrap();
-    c.start_proxy(5, "new.yml");
+    c.switch_proxy(5, "new.yml");
     ok(&["cluster", "reshard", &old, &new, "--remove"]);
     let reference = reference(tmp.path(), &truth);
     same_finds(&mut c.conn(), &reference, &truth, &gone);
@@ -761,17 +782,6 @@ fn reshard_copy_that_fails_midway_is_set_right_by_the_next() {
 /// key were taken for a stale record with no way to apply them.
 #[test]
 fn reshard_checks_the_new_nodes_and_their_request_limits() {
-    if !have_tools("cluster_tools", &["nutcracker"]) {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = Cluster::nodes(tmp.path(), 4);
-    // The new node takes requests of 4 KiB at most.
-    let small: &'static [&'static str] = &["--half-only", "--max-request-bytes", "4096"];
-    c.restart_as(3, small);
-    let old = c.start_proxy(3, "old.yml");
-    let proxy = c.kids.0.len() - 1;
-    let old = old.to_str().unwrap().to_owned();
     let mut tags = make_tags(47, 3000);
     // Peaks: 20 subjects of 400 objects each (a SADD of one passes 4 KiB).
     for p in 0..20 {
@@ -779,20 +789,18 @@ fn reshard_checks_the_new_nodes_and_their_request_limits() {
             (0..400).map(|i| Tag::new(format!("object number {i}"), "isa", format!("peak{p}"))),
         );
     }
-    write(&mut c.conn(), &tags, true, true);
-    let new_path = tmp.path().join("new.yml");
-    fs::write(&new_path, c.config(4, free_port())).unwrap();
-    let new = new_path.to_str().unwrap().to_owned();
+    let Some((tmp, mut c, old)) = three_of(4, &["--half-only"], &tags) else {
+        return;
+    };
+    // The new node takes requests of 4 KiB at most.
+    c.restart_as(3, &["--half-only", "--max-request-bytes", "4096"]);
+    let new = c.write_config(4, "new.yml");
     let record = tmp.path().join("new.yml.reshard");
     ok(&["cluster", "reshard", &old, &new]);
 
     // The new node re-created empty: refused, nothing changed.
-    let k = c.nodes[3].kid;
-    c.kids.0[k].kill().unwrap();
-    c.kids.0[k].wait().unwrap();
-    fs::remove_file(&c.nodes[3].store).unwrap();
+    c.recreate_empty(3);
     let port = c.nodes[3].port;
-    c.start_node(3, Some(port));
     let kept = fs::read_to_string(&record).unwrap();
     let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new]);
     assert_eq!(code, 1, "{err}");
@@ -810,9 +818,7 @@ fn reshard_checks_the_new_nodes_and_their_request_limits() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("--accept-deletes"), "{err}");
     ok(&["cluster", "reshard", &old, &new, "--accept-deletes"]);
-    c.kids.0[proxy].kill().unwrap();
-    c.kids.0[proxy].wait().unwrap();
-    c.start_proxy(4, "new.yml");
+    c.switch_proxy(4, "new.yml");
     ok(&["cluster", "reshard", &old, &new, "--remove"]);
     let none = BTreeSet::new();
     let reference = reference(tmp.path(), &none);
@@ -828,20 +834,12 @@ fn reshard_checks_the_new_nodes_and_their_request_limits() {
 /// every pending member, copied again or left, in `RECORD.unsure`.
 #[test]
 fn reshard_remove_after_a_failed_copy_lists_what_it_could_not_settle() {
-    if !have_tools("cluster_tools", &["nutcracker"]) {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let mut c = Cluster::nodes(tmp.path(), 5);
-    let old = c.start_proxy(3, "old.yml");
-    let proxy = c.kids.0.len() - 1;
-    let old = old.to_str().unwrap().to_owned();
     let mut tags = make_tags(53, 2000);
     tags.extend((0..300).map(|i| Tag::new(format!("obj{i}"), "isa", format!("{i:0>60}"))));
-    write(&mut c.conn(), &tags, true, true);
-    let new_path = tmp.path().join("new.yml");
-    fs::write(&new_path, c.config(5, free_port())).unwrap();
-    let new = new_path.to_str().unwrap().to_owned();
+    let Some((tmp, mut c, old)) = three_of(5, &["--half-only"], &tags) else {
+        return;
+    };
+    let new = c.write_config(5, "new.yml");
     // The fifth node takes requests of 64 bytes at most: the copy fails.
     c.restart_as(4, &["--half-only", "--max-request-bytes", "64"]);
     let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new]);
@@ -857,9 +855,7 @@ fn reshard_remove_after_a_failed_copy_lists_what_it_could_not_settle() {
     assert!(pending > 0, "nothing pending");
     c.restart_as(4, &["--half-only"]);
     // Switched without copying again.
-    c.kids.0[proxy].kill().unwrap();
-    c.kids.0[proxy].wait().unwrap();
-    c.start_proxy(5, "new.yml");
+    c.switch_proxy(5, "new.yml");
     let (code, _, err) = tagstore(&["cluster", "reshard", &old, &new, "--remove"]);
     assert_eq!(code, 0, "{err}");
     assert!(

@@ -237,13 +237,7 @@ impl Record {
         let digest = hex(&md5(text.as_bytes()));
         text.push_str(&format!("end {count} {digest}\n"));
         let tmp = tmp_path(path);
-        let err = |e: std::io::Error| {
-            format!(
-                "writing {} (for the reshard record {}): {e}",
-                tmp.display(),
-                path.display()
-            )
-        };
+        let err = |e| tmp_error(path, e);
         let mut f = fs::File::create(&tmp).map_err(err)?;
         f.write_all(text.as_bytes()).map_err(err)?;
         f.sync_all().map_err(err)?;
@@ -257,13 +251,7 @@ impl Record {
     /// created (no such directory, no permission), writing nothing else.
     pub fn check_writable(path: &Path) -> Result<(), String> {
         let tmp = tmp_path(path);
-        let err = |e: std::io::Error| {
-            format!(
-                "writing {} (for the reshard record {}): {e}",
-                tmp.display(),
-                path.display()
-            )
-        };
+        let err = |e| tmp_error(path, e);
         fs::File::create(&tmp).map_err(err)?;
         fs::remove_file(&tmp).map_err(err)
     }
@@ -312,6 +300,15 @@ pub fn append_unsure(list: &Path, rows: &[(&str, String, String)]) -> Result<(),
     f.sync_all().map_err(err)
 }
 
+/// A failure to write the record `path` by way of its temporary.
+fn tmp_error(path: &Path, e: std::io::Error) -> String {
+    format!(
+        "writing {} (for the reshard record {}): {e}",
+        tmp_path(path).display(),
+        path.display()
+    )
+}
+
 /// Where a record is written before it is renamed over `path`.
 fn tmp_path(path: &Path) -> PathBuf {
     let mut tmp = path.as_os_str().to_owned();
@@ -335,6 +332,11 @@ mod tests {
     use super::*;
     use crate::cluster::config::test_pool;
 
+    /// Adds member `m` to key `k` of `sets`.
+    fn add(sets: &mut Sets, k: &str, m: &str) {
+        sets.entry(k.into()).or_default().insert(m.into());
+    }
+
     #[test]
     fn a_record_reads_back_as_written() {
         let old = test_pool("md5", &["127.0.0.1:7001:1 a", "127.0.0.1:7002:1 b"]);
@@ -346,21 +348,12 @@ mod tests {
             ("o:3:isa:p\t1", "x\ny"),
             ("s:3:isa:日本", ""),
             ("o:1:a:b", "c"),
+            ("o:1:a:b", "d"),
         ] {
-            r.copied.entry(k.into()).or_default().insert(m.into());
+            add(&mut r.copied, k, m);
         }
-        r.copied
-            .entry("o:1:a:b".into())
-            .or_default()
-            .insert("d".into());
-        r.pending
-            .entry("o:1:a:b".into())
-            .or_default()
-            .insert("pending".into());
-        r.pending
-            .entry("s:1:a:\\".into())
-            .or_default()
-            .insert("e".into());
+        add(&mut r.pending, "o:1:a:b", "pending");
+        add(&mut r.pending, "s:1:a:\\", "e");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.yml.reshard");
         r.save(&path).unwrap();
@@ -401,15 +394,9 @@ mod tests {
         let old = test_pool("md5", &["127.0.0.1:7001:1 a"]);
         let mut r = Record::new(&old, &old);
         for i in 0..50 {
-            r.copied
-                .entry(format!("o:1:r:{}", i % 7))
-                .or_default()
-                .insert(format!("m{i}"));
+            add(&mut r.copied, &format!("o:1:r:{}", i % 7), &format!("m{i}"));
         }
-        r.pending
-            .entry("s:1:r:x".into())
-            .or_default()
-            .insert("y".into());
+        add(&mut r.pending, "s:1:r:x", "y");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         r.save(&path).unwrap();
