@@ -21,6 +21,7 @@ use crate::format::hash::key_hash;
 use crate::format::tag::{decode, MAX_TAG_BYTES};
 use crate::format::{Half, Layout};
 use crate::index::ChainWalk;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 /// Buckets a page reads at most, whatever it is asked: the page holds the
@@ -114,7 +115,7 @@ impl Store {
             return Ok(KeyPage::default());
         }
         let mut page = KeyPage::default();
-        let mut seen: HashSet<(String, String)> = HashSet::new();
+        let mut seen: HashSet<Key> = HashSet::new();
         let mut canonical = HashMap::new();
         let mut buckets = 0usize;
         loop {
@@ -141,9 +142,9 @@ fn keys_of_bucket(
     half: Half,
     b: u32,
     v: Option<u64>,
-    seen: &mut HashSet<(String, String)>,
+    seen: &mut HashSet<Key>,
     canonical: &mut HashMap<Key, (Vec<Key>, usize)>,
-    out: &mut Vec<(String, String)>,
+    out: &mut Vec<Key>,
 ) -> Result<()> {
     let l = st.index.layout();
     let g = l.global(half, b);
@@ -174,15 +175,15 @@ fn keys_of_bucket(
             // A long key may be stored in several forms, each in its own
             // bucket: it is listed from the first form holding a tag (its
             // forms and that one found once per page, not per tag).
-            if !canonical.contains_key(&key) {
-                let forms = key_forms(st, &key);
-                let first = first_holding(st, half, &forms, position(&forms, stored))?;
-                canonical.insert(key.clone(), (forms, first));
-            }
-            let listed = canonical
-                .get(&key)
-                .is_none_or(|(forms, first)| position(forms, stored).is_none_or(|at| at == *first));
-            if listed {
+            let (forms, first) = match canonical.entry(key.clone()) {
+                Entry::Occupied(known) => known.into_mut(),
+                Entry::Vacant(new) => {
+                    let forms = key_forms(st, new.key());
+                    let first = first_holding(st, half, &forms, position(&forms, stored))?;
+                    new.insert((forms, first))
+                }
+            };
+            if position(forms, stored).is_none_or(|at| at == *first) {
                 seen.insert(key.clone());
                 out.push(key);
             }
@@ -193,9 +194,9 @@ fn keys_of_bucket(
 
 /// The stored forms of `key`, in the order that picks the one it is
 /// listed from (the key alone, for every key without long strings).
-fn key_forms(st: &State, key: &(String, String)) -> Vec<(String, String)> {
+fn key_forms(st: &State, key: &Key) -> Vec<Key> {
     let (rel, name) = (key.0.as_str(), key.1.as_str());
-    let mut forms: Vec<(String, String)> = Vec::new();
+    let mut forms: Vec<Key> = Vec::new();
     if rel.len() <= MAX_TAG_BYTES && name.len() <= MAX_TAG_BYTES {
         forms.push((rel.to_owned(), name.to_owned()));
     }
@@ -204,7 +205,7 @@ fn key_forms(st: &State, key: &(String, String)) -> Vec<(String, String)> {
 }
 
 /// Where the stored form `stored` stands among `forms`.
-fn position(forms: &[(String, String)], stored: (&str, &str)) -> Option<usize> {
+fn position(forms: &[Key], stored: (&str, &str)) -> Option<usize> {
     forms
         .iter()
         .position(|(r, n)| r == stored.0 && n == stored.1)
@@ -212,12 +213,7 @@ fn position(forms: &[(String, String)], stored: (&str, &str)) -> Option<usize> {
 
 /// The first of `forms` that holds a tag (the one at `at` does: a tag
 /// stored in it is being read).
-fn first_holding(
-    st: &State,
-    half: Half,
-    forms: &[(String, String)],
-    at: Option<usize>,
-) -> Result<usize> {
+fn first_holding(st: &State, half: Half, forms: &[Key], at: Option<usize>) -> Result<usize> {
     for (j, (r, n)) in forms.iter().enumerate() {
         if Some(j) == at || form_holds(st, half, r, n)? {
             return Ok(j);
