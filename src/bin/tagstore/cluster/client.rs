@@ -205,32 +205,21 @@ impl Client {
         }
     }
 
-    /// Whether the node stores whole tags (a `tagstore serve` node without
-    /// `--half-only`, whose INFO says `half_only:0`): there a member added
-    /// or removed under one key is added or removed under the tag's other
-    /// key too. A half-only node, or any other server, keeps each set apart.
-    pub fn keeps_whole_tags(&mut self) -> Result<bool, String> {
-        Ok(self.info_field("half_only")?.as_deref() == Some("0"))
-    }
-
-    /// The largest request the node takes, in bytes, if its INFO says
-    /// (`max_request_bytes`, a `tagstore serve` node's `--max-request-bytes`).
-    pub fn max_request_bytes(&mut self) -> Result<Option<usize>, String> {
-        Ok(self
-            .info_field("max_request_bytes")?
-            .and_then(|v| v.parse().ok()))
-    }
-
-    /// The value of `name:value` in the node's INFO, if there.
-    fn info_field(&mut self, name: &str) -> Result<Option<String>, String> {
+    /// What the node's INFO says that the tools need (one INFO).
+    pub fn facts(&mut self) -> Result<NodeFacts, String> {
         let info = utf8(self.call(&["INFO"])?)
             .ok_or_else(|| format!("{}: INFO: unexpected reply", self.addr))?;
-        Ok(info.lines().find_map(|l| {
-            l.trim_end()
-                .strip_prefix(name)
-                .and_then(|v| v.strip_prefix(':'))
-                .map(str::to_owned)
-        }))
+        let field = |name: &str| {
+            info.lines().find_map(|l| {
+                l.trim_end()
+                    .strip_prefix(name)
+                    .and_then(|v| v.strip_prefix(':'))
+            })
+        };
+        Ok(NodeFacts {
+            whole_tags: field("half_only") == Some("0"),
+            max_request_bytes: field("max_request_bytes").and_then(|v| v.parse().ok()),
+        })
     }
 
     /// The members of each key (pipelined SMEMBERS).
@@ -251,6 +240,18 @@ impl Client {
             })
             .collect()
     }
+}
+
+/// What a node's INFO tells the cluster tools.
+pub struct NodeFacts {
+    /// The node stores whole tags (a `tagstore serve` node without
+    /// `--half-only`, whose INFO says `half_only:0`): there a member added
+    /// or removed under one key is added or removed under the tag's other
+    /// key too. A half-only node, or any other server, keeps each set apart.
+    pub whole_tags: bool,
+    /// The largest request it takes, in bytes, if it says
+    /// (`max_request_bytes`, a `tagstore serve` node's `--max-request-bytes`).
+    pub max_request_bytes: Option<usize>,
 }
 
 /// A bulk string reply as UTF-8 text.

@@ -58,12 +58,21 @@ type Cmds = Vec<Vec<Vec<u8>>>;
 /// the connection, and a peak's members pass that (80,000 of 150 bytes).
 const COMMAND_BYTES: usize = 1 << 20;
 
-/// The bytes a command to a node may take: [`COMMAND_BYTES`], or less when
-/// the node's INFO says it takes less (`max_request_bytes`).
-fn command_bytes(node: &mut Client) -> Result<usize, String> {
-    Ok(node
-        .max_request_bytes()?
-        .map_or(COMMAND_BYTES, |n| n.min(COMMAND_BYTES)))
+/// For each node of `c`, from one INFO: whether it keeps whole tags, and
+/// the bytes a command to it may take ([`COMMAND_BYTES`], or less when it
+/// says it takes less).
+fn node_facts(c: &mut Cluster) -> Result<(Vec<bool>, Vec<usize>), String> {
+    let mut whole = Vec::with_capacity(c.nodes.len());
+    let mut limits = Vec::with_capacity(c.nodes.len());
+    for node in &mut c.nodes {
+        let f = node.facts()?;
+        whole.push(f.whole_tags);
+        limits.push(
+            f.max_request_bytes
+                .map_or(COMMAND_BYTES, |n| n.min(COMMAND_BYTES)),
+        );
+    }
+    Ok((whole, limits))
 }
 
 /// `SADD`/`SREM key members…`, as many commands as keep each request
@@ -133,13 +142,8 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let bar = spinner();
     let mut c_old = Cluster::connect(&old, a.common.timeout, &bar)?;
     let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
-    let whole_old = whole_tag_nodes(&mut c_old)?;
-    let whole_new = whole_tag_nodes(&mut c_new)?;
-    let limits = c_new
-        .nodes
-        .iter_mut()
-        .map(command_bytes)
-        .collect::<Result<Vec<_>, _>>()?;
+    let (whole_old, old_limits) = node_facts(&mut c_old)?;
+    let (whole_new, limits) = node_facts(&mut c_new)?;
     if whole_old.iter().chain(&whole_new).any(|w| *w) {
         bar.suspend(|| {
             eprintln!(
@@ -202,11 +206,6 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     // old node (copied now) or not (left as they are): (state, key, member).
     let mut unsure: Vec<(&str, String, String)> = Vec::new();
     let mut unsure_here: Vec<(&str, String, String)> = Vec::new();
-    let old_limits = c_old
-        .nodes
-        .iter_mut()
-        .map(command_bytes)
-        .collect::<Result<Vec<_>, _>>()?;
     for (i, (here, sets)) in reads.into_iter().enumerate() {
         let mut srem_old: Cmds = Vec::new();
         let mut sadd: Vec<Cmds> = vec![Vec::new(); new.servers.len()];
@@ -312,9 +311,10 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             }
         } else {
             drop(during);
-            // Nothing sent and nothing pending: the record already holds
-            // this node's keys as they are.
-            let same = copies + srems == 0 && !sets.keys().any(|k| rec.pending.contains_key(k));
+            // Nothing sent: the record already holds this node's keys as
+            // they are (a pending member is always sent again: added if
+            // the old node has it, else deleted).
+            let same = copies + srems == 0;
             for (k, now) in sets {
                 rec.pending.remove(&k);
                 set_or_drop(&mut rec.copied, &k, &now);
@@ -434,11 +434,6 @@ fn set_or_drop(sets: &mut Sets, k: &str, members: &BTreeSet<String>) {
     } else {
         sets.insert(k.to_owned(), members.clone());
     }
-}
-
-/// Whether each node keeps whole tags (INFO `half_only:0`).
-fn whole_tag_nodes(c: &mut Cluster) -> Result<Vec<bool>, String> {
-    c.nodes.iter_mut().map(|n| n.keeps_whole_tags()).collect()
 }
 
 /// Whether `--remove` keeps member `m` of moved key `k` on its old node:
