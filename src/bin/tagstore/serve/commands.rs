@@ -2,6 +2,7 @@
 //! connection's output.
 
 use super::algebra;
+use super::changes::Changes;
 use super::handshake::{self, Facts};
 use super::keys;
 use super::multi::{self, Budget, Tx};
@@ -12,8 +13,8 @@ use super::watch::{Watched, Watches};
 use std::rc::Rc;
 use tagstore::Store;
 
-/// Bytes of the longest command name (`SRANDMEMBER`).
-const NAME_MAX: usize = 11;
+/// Bytes of the longest command name (`TAGSTORE.CHANGES`).
+const NAME_MAX: usize = 16;
 
 /// What a connection needs to run commands.
 pub struct Context<'a> {
@@ -28,6 +29,8 @@ pub struct Context<'a> {
     pub tx_budget: Rc<Budget>,
     /// The versions of watched keys.
     pub watches: Rc<Watches>,
+    /// The keys changed since the last TAGSTORE.CHANGES.
+    pub changes: Changes,
 }
 
 /// One connection's state.
@@ -181,6 +184,7 @@ pub fn execute(
         "select" => handshake::select(rest, out),
         "client" => handshake::client(session, rest, out),
         "info" => handshake::info(ctx.store, ctx.facts, rest, session.resp3, out),
+        "tagstore.changes" => ctx.changes.call(out),
         "sinter" | "sunion" | "sdiff" | "sintercard" | "exists" | "type" => {
             let r = match name {
                 "sintercard" => algebra::intercard(ctx.store, rest, out),
@@ -246,7 +250,7 @@ fn arity(name: &str, n: usize) -> Option<bool> {
     Some(match name {
         "hello" | "command" | "info" => true,
         "ping" => n <= 1,
-        "multi" | "exec" | "discard" | "unwatch" => n == 0,
+        "multi" | "exec" | "discard" | "unwatch" | "tagstore.changes" => n == 0,
         "auth" => n >= 1,
         "echo" | "select" | "type" | "smembers" | "scard" => n == 1,
         "client" | "exists" | "sinter" | "sunion" | "sdiff" | "scan" | "watch" | "del"

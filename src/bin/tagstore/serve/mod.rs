@@ -9,7 +9,9 @@
 //!   `pick.rs`: SRANDMEMBER, SPOP, SMOVE; `multi.rs` and `watch.rs`:
 //!   transactions; `handshake.rs`: what clients send when they connect;
 //!   `sscan.rs`: the SSCAN cursor and glob; `scan.rs`: SCAN, the keys a
-//!   store's tags make (an extension);
+//!   store's tags make (an extension); `changes.rs`: TAGSTORE.CHANGES,
+//!   the keys changed since the last call (an extension, for `cluster
+//!   reshard`);
 //! * `conn.rs`: one connection's buffers and the steps of a turn;
 //! * `server.rs`: the event loop (poll, one commit per turn), client
 //!   limit, signals.
@@ -19,6 +21,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod algebra;
+mod changes;
 mod commands;
 mod conn;
 mod handshake;

@@ -85,6 +85,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         max_tx_bytes: cfg.limits.max_request_bytes.saturating_mul(16),
         tx_budget: Budget::new(cfg.limits.max_request_bytes.saturating_mul(64)),
         watches: Default::default(),
+        changes: Default::default(),
     };
     let mut listener = Some(listener);
     let mut conns: Vec<Conn> = Vec::new();

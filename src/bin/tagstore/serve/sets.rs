@@ -1,7 +1,7 @@
 //! The set commands: SADD, SREM, SISMEMBER, SMISMEMBER, SMEMBERS, SCARD,
 //! SSCAN, the SCAN extension and DEL, each from arguments checked for
 //! arity to its reply; and `touched`, which every set write calls for
-//! WATCH.
+//! WATCH and TAGSTORE.CHANGES.
 
 use super::commands::Context;
 use super::keys::{self, Change, Key};
@@ -31,13 +31,21 @@ pub fn del_command(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Resu
 }
 
 /// A set write changed the tag `raw` (parsed: `key`) and `member` name:
-/// bumps the versions of the keys whose sets changed, if any is watched
-/// (the other key of the tag too, unless the store is half-only).
+/// bumps the versions of the keys whose sets changed, if any is watched,
+/// and notes them for TAGSTORE.CHANGES, if a window is open (the other
+/// key of the tag too, unless the store is half-only).
 pub fn touched(ctx: &Context<'_>, key: &Key, raw: &[u8], member: &str) {
-    if ctx.watches.any() {
-        ctx.watches.touched(raw);
-        if !ctx.store.is_half_only() {
-            ctx.watches.touched(keys::other_key(key, member).as_bytes());
+    let (watching, noting) = (ctx.watches.any(), ctx.changes.open());
+    if !(watching || noting) {
+        return;
+    }
+    let other = (!ctx.store.is_half_only()).then(|| keys::other_key(key, member));
+    for k in std::iter::once(raw).chain(other.as_deref().map(str::as_bytes)) {
+        if watching {
+            ctx.watches.touched(k);
+        }
+        if noting {
+            ctx.changes.touched(k);
         }
     }
 }
