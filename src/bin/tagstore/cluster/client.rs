@@ -222,6 +222,18 @@ impl Client {
         })
     }
 
+    /// Closes the node's TAGSTORE.CHANGES window and opens the next;
+    /// `None` from a server without the command (an error reply).
+    pub fn changes(&mut self) -> Result<Option<Window>, String> {
+        self.send(&["TAGSTORE.CHANGES"])?;
+        match self.reply()? {
+            Reply::Error(_) => Ok(None),
+            r => window(r)
+                .map(Some)
+                .ok_or_else(|| format!("{}: TAGSTORE.CHANGES: unexpected reply", self.addr)),
+        }
+    }
+
     /// The members of each key (pipelined SMEMBERS).
     pub fn members(&mut self, keys: &[String]) -> Result<Vec<Vec<String>>, String> {
         let cmds: Vec<Vec<Vec<u8>>> = keys
@@ -240,6 +252,42 @@ impl Client {
             })
             .collect()
     }
+}
+
+/// A node's answer to TAGSTORE.CHANGES: the window it closed.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Window {
+    /// The serve instance (new at each start).
+    pub instance: String,
+    /// The window's number.
+    pub number: u64,
+    /// The keys changed in it, or `None`: not known (the node's first
+    /// window, or more changed than it keeps).
+    pub keys: Option<Vec<String>>,
+}
+
+/// [`Window`] of a TAGSTORE.CHANGES reply; `None` if malformed.
+fn window(r: Reply) -> Option<Window> {
+    let Reply::Array(items) = r else {
+        return None;
+    };
+    let mut items = items.into_iter();
+    let instance = utf8(items.next()?)?;
+    let (Some(Reply::Int(number)), Some(Reply::Int(count))) = (items.next(), items.next()) else {
+        return None;
+    };
+    let keys = match count {
+        -1 => None,
+        n => {
+            let keys: Vec<String> = items.map(utf8).collect::<Option<_>>()?;
+            (keys.len() as i64 == n).then_some(keys)?.into()
+        }
+    };
+    Some(Window {
+        instance,
+        number: u64::try_from(number).ok()?,
+        keys,
+    })
 }
 
 /// What a node's INFO tells the cluster tools.

@@ -4,10 +4,11 @@
 //!
 //! A text file, written whole to a temporary beside it, synced, renamed:
 //! ```text
-//! tagstore reshard record 1
+//! tagstore reshard record 2
 //! old <md5 of OLD's placement>
 //! new <md5 of NEW's placement>
 //! state copying|removing
+//! mark <old node's address> <instance> <next window> <keys listed>   (0 or more)
 //! <key>\t<member>        (TSV-escaped, one line per copied member)
 //! pending
 //! <key>\t<member>        (members a copy was changing when it stopped)
@@ -15,6 +16,12 @@
 //! ```
 //! A file without its `end` line, or whose count or digest disagree, is
 //! refused: a record cut short would read as members never copied.
+//!
+//! A `mark` says that the record holds that old node's moved keys as they
+//! were when its TAGSTORE.CHANGES window `next - 1` closed (serve instance
+//! `instance`), so a copy that gets window `next` of that instance reads
+//! only the keys it names; `keys listed` is how many keys the node had at
+//! its last full read. Version 1 (no marks) is still read.
 
 use super::config::{Distribution, Pool};
 use super::hash::md5;
@@ -24,7 +31,20 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use tagstore::tsv;
 
-const HEADER: &str = "tagstore reshard record 1";
+const HEADER: &str = "tagstore reshard record 2";
+/// The first version, without marks: still read.
+const HEADER_1: &str = "tagstore reshard record 1";
+
+/// Where an old node's TAGSTORE.CHANGES windows stood after its last copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mark {
+    /// The serve instance (16 hex digits; new at each start).
+    pub instance: String,
+    /// The window whose keys the next copy needs.
+    pub next: u64,
+    /// Keys the node had at its last full read.
+    pub listed: usize,
+}
 
 /// Where a reshard stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +70,8 @@ pub struct Record {
     /// Members a copy was adding or deleting on the new node when it
     /// stopped: their state there is unknown until the next copy sets it.
     pub pending: Sets,
+    /// Per old node's address: its change window after its last copy.
+    pub marks: BTreeMap<String, Mark>,
 }
 
 /// The default place of the record: NEW_CONFIG's path plus `.reshard`.
@@ -124,6 +146,7 @@ impl Record {
             state: State::Copying,
             copied: BTreeMap::new(),
             pending: BTreeMap::new(),
+            marks: BTreeMap::new(),
         }
     }
 
@@ -155,8 +178,9 @@ impl Record {
         if !text.ends_with('\n') || digest != hex(&md5(body.as_bytes())) {
             return Err(bad("its digest does not match its lines"));
         }
-        let mut lines = body.lines();
-        if lines.next() != Some(HEADER) {
+        let mut lines = body.lines().peekable();
+        let version = lines.next();
+        if version != Some(HEADER) && version != Some(HEADER_1) {
             return Err(bad(&format!("its first line is not `{HEADER}`")));
         }
         let mut field = |name: &str| {
@@ -174,6 +198,33 @@ impl Record {
             "removing" => State::Removing,
             other => return Err(bad(&format!("unknown state `{other}`"))),
         };
+        let mut marks = BTreeMap::new();
+        while let Some(m) = lines.peek().and_then(|l| l.strip_prefix("mark ")) {
+            let f: Vec<&str> = m.split(' ').collect();
+            let mark = match f[..] {
+                [addr, instance, next, listed] => {
+                    next.parse()
+                        .ok()
+                        .zip(listed.parse().ok())
+                        .map(|(next, listed)| {
+                            let instance = instance.to_owned();
+                            (
+                                addr.to_owned(),
+                                Mark {
+                                    instance,
+                                    next,
+                                    listed,
+                                },
+                            )
+                        })
+                }
+                _ => None,
+            };
+            let (addr, mark) = mark.ok_or_else(|| bad(&format!("bad mark line `mark {m}`")))?;
+            marks.insert(addr, mark);
+            lines.next();
+        }
+        let header_lines = 5 + marks.len();
         let (mut copied, mut pending) = (Sets::new(), Sets::new());
         let mut into_pending = false;
         let mut members = 0u64;
@@ -182,7 +233,7 @@ impl Record {
                 into_pending = true;
                 continue;
             }
-            let at = |why: String| bad(&format!("line {}: {why}", n + 5));
+            let at = |why: String| bad(&format!("line {}: {why}", n + header_lines));
             let (k, m) = line
                 .split_once('\t')
                 .ok_or_else(|| at("no tab between key and member".into()))?;
@@ -205,6 +256,7 @@ impl Record {
             state,
             copied,
             pending,
+            marks,
         }))
     }
 
@@ -218,6 +270,12 @@ impl Record {
             "{HEADER}\nold {}\nnew {}\nstate {state}\n",
             self.old, self.new
         );
+        for (addr, m) in &self.marks {
+            text.push_str(&format!(
+                "mark {addr} {} {} {}\n",
+                m.instance, m.next, m.listed
+            ));
+        }
         let mut count = 0u64;
         for (i, sets) in [&self.copied, &self.pending].into_iter().enumerate() {
             if i == 1 {
@@ -354,6 +412,18 @@ mod tests {
         }
         add(&mut r.pending, "o:1:a:b", "pending");
         add(&mut r.pending, "s:1:a:\\", "e");
+        for (addr, next) in [("127.0.0.1:7001", 3), ("127.0.0.1:7002", 1)] {
+            let instance = format!("{next:016x}");
+            let listed = 10 * next as usize;
+            r.marks.insert(
+                addr.into(),
+                Mark {
+                    instance,
+                    next,
+                    listed,
+                },
+            );
+        }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("new.yml.reshard");
         r.save(&path).unwrap();
@@ -374,6 +444,12 @@ mod tests {
             sealed("hello\n", 0),
             sealed("tagstore reshard record 1\nold a\n", 0),
             sealed("tagstore reshard record 1\nold a\nnew b\nstate done\n", 0),
+            sealed(
+                "tagstore reshard record 3\nold a\nnew b\nstate copying\n",
+                0,
+            ),
+            sealed(&format!("{head}mark a b c d\n"), 0),
+            sealed(&format!("{head}mark a b 1\n"), 0),
             sealed(&format!("{head}no tab\n"), 1),
             // The right lines, but the count or the digest wrong.
             sealed(&format!("{head}k\tm\n"), 2),
@@ -385,6 +461,20 @@ mod tests {
         }
         fs::write(&path, sealed(&format!("{head}k\tm\n"), 1)).unwrap();
         assert!(Record::load(&path).unwrap().is_some());
+        // Version 1, without marks, as the twenty-fourth session wrote it.
+        let v2 = head.replace("record 1", "record 2");
+        for text in [head.to_owned(), v2] {
+            let text = format!("{text}mark h:1 ab 4 9\nk\tm\n");
+            fs::write(&path, sealed(&text, 1)).unwrap();
+            let r = Record::load(&path).unwrap().unwrap();
+            let mark = Mark {
+                instance: "ab".into(),
+                next: 4,
+                listed: 9,
+            };
+            assert_eq!(r.marks.get("h:1"), Some(&mark));
+            assert_eq!(r.copied.get("k").map(BTreeSet::len), Some(1));
+        }
     }
 
     /// A record cut short at a line boundary read as members never copied
@@ -397,6 +487,15 @@ mod tests {
             add(&mut r.copied, &format!("o:1:r:{}", i % 7), &format!("m{i}"));
         }
         add(&mut r.pending, "s:1:r:x", "y");
+        let instance = "00000000000000ff".to_owned();
+        r.marks.insert(
+            "127.0.0.1:7001".into(),
+            Mark {
+                instance,
+                next: 12,
+                listed: 77,
+            },
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
         r.save(&path).unwrap();

@@ -16,11 +16,11 @@
 //! between), so an interrupted run leaves nothing the next copy cannot set
 //! right.
 
-use super::client::{Client, Reply};
+use super::client::{Client, Reply, Window};
 use super::config::Pool;
 use super::ketama::Ring;
 use super::load_pool;
-use super::record::{self, Lock, Record, Sets, State};
+use super::record::{self, Lock, Mark, Record, Sets, State};
 use super::tools::{key, owned_keys, parse_key, spinner, Cluster, Common};
 use crate::out::{say, Out};
 use clap::Args;
@@ -174,13 +174,32 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let heres: Vec<Option<usize>> = (0..old.servers.len())
         .map(|i| new_index.get(&addr(&old, i)).copied())
         .collect();
+    // A copy reads again only the keys changed since the last, where the
+    // node's change window follows on from the record's mark.
+    let marks: Vec<Option<Mark>> = match a.remove {
+        true => vec![None; old.servers.len()],
+        false => (0..old.servers.len())
+            .map(|i| rec.marks.get(&addr(&old, i)).cloned())
+            .collect(),
+    };
     let mut reads = Vec::with_capacity(old.servers.len());
-    for (i, (listed, sets)) in read_all_moved(&mut c_old, &c_new, &heres, &recorded)?
-        .into_iter()
-        .enumerate()
-    {
-        total += listed;
-        reads.push((heres[i], sets));
+    let mut next_marks = Vec::with_capacity(old.servers.len());
+    let mut partial = 0usize;
+    let copy = !a.remove;
+    let all = read_all_moved(
+        &mut c_old,
+        &c_new,
+        &heres,
+        &recorded,
+        &rec.pending,
+        &marks,
+        copy,
+    )?;
+    for (i, read) in all.into_iter().enumerate() {
+        total += read.listed;
+        partial += usize::from(read.partial);
+        reads.push((heres[i], read.sets));
+        next_marks.push(read.mark);
     }
     if !a.remove && !a.accept_deletes {
         refuse_if_removed(&rec, &reads, &recorded, &whole_old, &c_old, &c_new, &path)?;
@@ -319,9 +338,27 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 rec.pending.remove(&k);
                 set_or_drop(&mut rec.copied, &k, &now);
             }
+            // The record now holds this node's moved keys as of its last
+            // window's close.
+            match next_marks[i].take() {
+                Some(m) => rec.marks.insert(addr(&old, i), m),
+                None => rec.marks.remove(&addr(&old, i)),
+            };
             if !same {
                 rec.save(&path)?;
             }
+        }
+    }
+    if !a.remove {
+        // The marks of nodes with nothing to copy (saved once for all).
+        rec.save(&path)?;
+        // What has moved: every key the record holds (a copy that read
+        // only the changed keys did not count the others).
+        (moved, moved_in, moved_out) = (0, vec![0; new.servers.len()], vec![0; old.servers.len()]);
+        for k in rec.copied.keys() {
+            moved += 1;
+            moved_in[c_new.ring.locate(k.as_bytes())] += 1;
+            moved_out[c_old.ring.locate(k.as_bytes())] += 1;
         }
     }
     bar.finish_and_clear();
@@ -331,6 +368,14 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         moved as f64 / total as f64
     };
     say!(out, "moved {moved} of {total} keys ({:.2}%)", 100.0 * share);
+    if partial > 0 {
+        say!(
+            out,
+            "read again only the keys changed since the last copy on {partial} of {} old nodes \
+             (their key counts as of their last full read)",
+            old.servers.len()
+        );
+    }
     say!(out, "node\tmoved_out\tmoved_in");
     for (j, s) in new.servers.iter().enumerate() {
         let out_n = (0..old.servers.len())
@@ -467,14 +512,16 @@ fn refuse_if_removed(
         // leaves it (the usual case, found at once).
         let mut present = false;
         'keys: for k in &recorded[i] {
-            let Some(copied) = rec.copied.get(k) else {
+            // Only keys read (a copy that reads the changed keys only has
+            // nothing to say of the others; a full read lists every
+            // recorded key, emptied ones too).
+            let (Some(copied), Some(now)) = (rec.copied.get(k), sets.get(k)) else {
                 continue;
             };
-            let now = sets.get(k);
             for m in copied {
                 if !stays(whole_old[i], k, m, *here, c_new) {
                     removable += 1;
-                    if now.is_some_and(|n| n.contains(m)) {
+                    if now.contains(m) {
                         present = true;
                         break 'keys;
                     }
@@ -496,10 +543,26 @@ fn refuse_if_removed(
     Ok(())
 }
 
+/// What a run read of one old node.
+struct Read {
+    /// Keys the node owns (as of its last full read, for a partial one).
+    listed: usize,
+    /// Moved keys read, with their members.
+    sets: Sets,
+    /// The node's change window after this read, for the record.
+    mark: Option<Mark>,
+    /// Only the keys changed since the last copy were read.
+    partial: bool,
+}
+
 /// How many keys old node `i` owns, and the members of those that move
 /// (node `here` under NEW is this one), and of every key the record names
 /// (`recorded`: emptied since, such a key is not listed). Only moved keys'
-/// members are read: about a quarter of them for a fourth node.
+/// members are read: about a quarter of them for a fourth node. A copy
+/// (`copy`) first closes the node's change window: when it follows on
+/// from `mark`, only the moved keys it names and those with `pending`
+/// members are read; the record holds the others as they are.
+#[allow(clippy::too_many_arguments)]
 fn read_moved(
     node: &mut Client,
     i: usize,
@@ -507,25 +570,68 @@ fn read_moved(
     new: &Ring,
     here: Option<usize>,
     recorded: &BTreeSet<String>,
-) -> Result<(usize, Sets), String> {
-    let owned = owned_keys(node, i, old, "*")?;
-    let listed = owned.len();
+    pending: &Sets,
+    mark: Option<&Mark>,
+    copy: bool,
+) -> Result<Read, String> {
+    let window = if copy { node.changes()? } else { None };
     let moves = |k: &String| here != Some(new.locate(k.as_bytes()));
-    let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
-    let seen: BTreeSet<&String> = keys.iter().collect();
-    let gone: Vec<String> = recorded
-        .iter()
-        .filter(|k| !seen.contains(k))
-        .cloned()
-        .collect();
-    keys.extend(gone);
+    let follows =
+        |w: &&Window| mark.is_some_and(|m| m.instance == w.instance && m.next == w.number);
+    let changed = window
+        .as_ref()
+        .filter(follows)
+        .and_then(|w| w.keys.as_ref());
+    let (listed, keys, partial) = match changed {
+        Some(changed) => {
+            let mut keys: BTreeSet<String> = changed
+                .iter()
+                .filter(|k| old.locate(k.as_bytes()) == i && moves(k))
+                .cloned()
+                .collect();
+            keys.extend(
+                recorded
+                    .iter()
+                    .filter(|k| pending.contains_key(*k))
+                    .cloned(),
+            );
+            (
+                mark.map_or(0, |m| m.listed),
+                keys.into_iter().collect(),
+                true,
+            )
+        }
+        None => {
+            let owned = owned_keys(node, i, old, "*")?;
+            let listed = owned.len();
+            let mut keys: Vec<String> = owned.into_iter().filter(|k| moves(k)).collect();
+            let seen: BTreeSet<&String> = keys.iter().collect();
+            let gone: Vec<String> = recorded
+                .iter()
+                .filter(|k| !seen.contains(k))
+                .cloned()
+                .collect();
+            keys.extend(gone);
+            (listed, keys, false)
+        }
+    };
     let members = node.members(&keys)?;
     let sets = keys
         .into_iter()
         .zip(members)
         .map(|(k, m)| (k, m.into_iter().collect()))
         .collect();
-    Ok((listed, sets))
+    let mark = window.map(|w| Mark {
+        instance: w.instance,
+        next: w.number + 1,
+        listed,
+    });
+    Ok(Read {
+        listed,
+        sets,
+        mark,
+        partial,
+    })
 }
 
 /// [`read_moved`] of every old node, all at once (one thread each: the
@@ -535,13 +641,29 @@ fn read_all_moved(
     c_new: &Cluster,
     heres: &[Option<usize>],
     recorded: &[BTreeSet<String>],
-) -> Result<Vec<(usize, Sets)>, String> {
+    pending: &Sets,
+    marks: &[Option<Mark>],
+    copy: bool,
+) -> Result<Vec<Read>, String> {
     let n = c_old.nodes.len();
     c_old.bar.set_message(format!(
         "reading the keys of {n} old nodes and the members of those that move"
     ));
     let new = &c_new.ring;
-    c_old.each_node(|i, node, old| read_moved(node, i, old, new, heres[i], &recorded[i]))
+    c_old.each_node(|i, node, old| {
+        let mark = marks[i].as_ref();
+        read_moved(
+            node,
+            i,
+            old,
+            new,
+            heres[i],
+            &recorded[i],
+            pending,
+            mark,
+            copy,
+        )
+    })
 }
 
 #[cfg(test)]
