@@ -309,3 +309,47 @@ pub fn utf8(r: Reply) -> Option<String> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Reply {
+        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    }
+
+    /// A TAGSTORE.CHANGES reply is read only when whole and consistent: a
+    /// window taken for more or fewer keys than it names would make a copy
+    /// skip keys that changed.
+    #[test]
+    fn a_changes_reply_is_read_only_when_consistent() {
+        let reply = |items: Vec<Reply>| window(Reply::Array(items));
+        let w = reply(vec![
+            bulk("ab"),
+            Reply::Int(3),
+            Reply::Int(2),
+            bulk("k1"),
+            bulk("k2"),
+        ]);
+        let keys = Some(vec!["k1".to_owned(), "k2".to_owned()]);
+        let want = Window {
+            instance: "ab".into(),
+            number: 3,
+            keys,
+        };
+        assert_eq!(w, Some(want));
+        let unknown = reply(vec![bulk("ab"), Reply::Int(0), Reply::Int(-1)]);
+        assert_eq!(unknown.and_then(|w| w.keys), None);
+        for bad in [
+            vec![bulk("ab"), Reply::Int(3), Reply::Int(2), bulk("k1")],
+            vec![bulk("ab"), Reply::Int(3), Reply::Int(0), bulk("k1")],
+            vec![bulk("ab"), Reply::Int(-2), Reply::Int(0)],
+            vec![bulk("ab"), Reply::Int(3), Reply::Int(1), Reply::Int(7)],
+            vec![Reply::Int(1), Reply::Int(3), Reply::Int(0)],
+            vec![bulk("ab"), Reply::Int(3)],
+        ] {
+            assert_eq!(reply(bad.clone()), None, "{bad:?}");
+        }
+        assert_eq!(window(Reply::Error("ERR".into())), None);
+    }
+}
