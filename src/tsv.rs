@@ -207,7 +207,9 @@ impl<R: BufRead> LineReader<R> {
                 break;
             }
         }
-        if self.buf.is_empty() {
+        // An input of nothing but a byte order mark (some tools write one
+        // into an empty export) is an empty input, not a blank line.
+        if self.buf.is_empty() || (first && self.buf == BOM.as_bytes()) {
             return Ok(None);
         }
         self.line_no += 1;
@@ -329,6 +331,9 @@ mod tests {
             lines("\u{feff}a\tb\tc\r\nx\n\u{feff}y".as_bytes()),
             vec![ok("a\tb\tc\r"), ok("x"), ok("\u{feff}y")]
         );
+        // A BOM alone is an empty input; a BOM and a line end, a blank line.
+        assert!(lines(BOM.as_bytes()).is_empty());
+        assert_eq!(lines(format!("{BOM}\n").as_bytes()), vec![ok("")]);
         assert_eq!(lines(b""), vec![]);
         assert_eq!(lines(b"\n\n"), vec![ok(""), ok("")]);
         let longest = "x".repeat(MAX_LINE_BYTES - 1) + "\n";
