@@ -241,9 +241,25 @@ impl From<Error> for Fail {
                 "store is corrupt: {m}\nhint: `tagstore export STORE --salvage` prints every tag \
                  with a readable half (a read-only command: it changes nothing)"
             )),
+            Error::NotAStore(p) | Error::AlreadyExists(p) if zero_head(&p) => Fail::Error(format!(
+                "{}\nhint: its first block is all zeros, as a `tagstore create` killed before \
+                 it finished leaves it: if that is what happened, delete the file and create \
+                 the store again",
+                Error::NotAStore(p)
+            )),
             e => Fail::Error(e.to_string()),
         }
     }
+}
+
+/// True when `path` is a regular file of at least one block whose first
+/// block is all zeros (a create killed before its superblock was written).
+fn zero_head(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut head = vec![0u8; 4096];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| head.iter().all(|&b| b == 0))
 }
 
 impl From<String> for Fail {
