@@ -958,6 +958,13 @@ fn auth_gates_every_command() {
         e.err_text().contains("without any password configured"),
         "{e:?}"
     );
+    // Regression (a review's): naming the default user with any password
+    // is OK there, as in Redis 7 (a client set up with a user name failed
+    // to connect to a node without --requirepass); another user is not.
+    let mut c3 = open.client();
+    assert_eq!(c3.call(&["AUTH", "default", "x"]), R::Simple("OK".into()));
+    let e = c3.call(&["AUTH", "alice", "x"]);
+    assert!(e.err_text().starts_with("WRONGPASS"), "{e:?}");
 }
 
 #[test]

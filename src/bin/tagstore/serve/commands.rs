@@ -285,6 +285,10 @@ fn auth(ctx: &Context<'_>, session: &mut Session, rest: &[&[u8]], out: &mut Vec<
         }
     };
     match ctx.password {
+        // Redis 6 and later: the default user without a password takes
+        // any password when named (as HELLO's AUTH does here), while the
+        // one-argument form is the old `requirepass` check.
+        None if rest.len() == 2 => resp::simple(out, "OK"),
         None => resp::error(
             out,
             "ERR AUTH <password> called without any password configured for the default user. \
