@@ -1873,3 +1873,43 @@ fn a_journal_that_cannot_be_made_refuses_the_mode_at_start() {
     assert!(store.check().expect("check").ok());
     store.close().expect("close");
 }
+
+/// Regression (a review's): an SADD that met a store error midway (here
+/// the file cannot grow: a file-size limit, as a full disk) answered only
+/// the store's error, so a client took it for nothing done, yet the
+/// members before it stayed stored, durably. The error now says where the
+/// command stopped and how many members it changed; SCARD agrees.
+#[test]
+fn an_sadd_stopped_by_the_store_says_how_many_members_stay() {
+    let (_d, path, size) = store_with_one_tag();
+    let srv = Server::start_with(&path, &[], Some(size + (2 << 20)));
+    let mut c = srv.client();
+    let mut acked = 0i64;
+    let mut said = None;
+    for batch in 0..200 {
+        let members: Vec<String> = (0..1000).map(|i| format!("m{batch}-{i:0>60}")).collect();
+        let mut args: Vec<&str> = vec!["SADD", "o:1:r:k"];
+        args.extend(members.iter().map(String::as_str));
+        match c.call(&args) {
+            R::Int(n) => acked += n,
+            R::Err(m) => {
+                said = Some(m);
+                break;
+            }
+            other => panic!("batch {batch}: {other:?}"),
+        }
+    }
+    let said = said.expect("the store outgrew the file-size limit");
+    let stayed: i64 = said
+        .rsplit_once(": the ")
+        .and_then(|(_, r)| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {said:?}"));
+    assert!(said.contains("SADD stopped at member"), "{said}");
+    assert!(stayed > 0 && stayed < 1000, "{said}");
+    assert_eq!(
+        c.call(&["SCARD", "o:1:r:k"]),
+        R::Int(acked + stayed),
+        "{said}"
+    );
+}

@@ -107,8 +107,25 @@ pub fn set_command(
                 }
             }
             let mut n = 0;
-            for m in &members {
-                let changed = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change))?;
+            for (i, m) in members.iter().enumerate() {
+                let applied = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change));
+                // A store error midway (a full disk) leaves the members
+                // before it changed: the error says so, as Redis's error
+                // reply would otherwise read as nothing done.
+                let changed =
+                    applied.map_err(|e| match i {
+                        0 => Failure::Store(e),
+                        _ => {
+                            Failure::Refused(format!(
+                        "store: {e} ({} stopped at member {} of {}: the {n} members before \
+                         it that changed stay {})",
+                        name.to_uppercase(),
+                        i + 1,
+                        members.len(),
+                        if change == Change::Add { "added" } else { "removed" }
+                    ))
+                        }
+                    })?;
                 if changed {
                     touched(ctx, &key, rest[0], m);
                 }
