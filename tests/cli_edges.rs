@@ -763,3 +763,64 @@ fn cluster_tools_say_which_step_runs() {
         }
     }
 }
+
+/// Regression (a review's): an input of nothing but a byte order mark (as
+/// some tools export an empty table) was refused as a blank line, where an
+/// empty file loads nothing.
+#[test]
+fn a_file_of_only_a_bom_loads_nothing() {
+    let (dir, st) = small_store("bomonly.tags");
+    let f = write_file(dir.path(), "bom.tsv", "\u{feff}");
+    let out = stdout(&ok(run(&["insert", s(&st), "--file", s(&f)])));
+    assert!(out.starts_with("inserted 0 tags"), "{out}");
+    assert!(export_lines(&st).is_empty());
+    // A BOM and a line end is still a blank line.
+    let f = write_file(dir.path(), "bomnl.tsv", "\u{feff}\n");
+    fails(&run(&["insert", s(&st), "--file", s(&f)]), &["blank line"]);
+}
+
+/// Regression (a review's): a create killed before it wrote its superblock
+/// leaves a file of zeros that every command refused as not a store, and
+/// `create` as existing, without a word on what it was.
+#[test]
+fn a_file_of_zeros_gets_the_killed_create_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("z.tags");
+    File::create(&p).unwrap().set_len(1 << 20).unwrap();
+    let hint = "a `tagstore create` killed before it finished";
+    fails(&run(&["stats", s(&p)]), &["not a tagstore file", hint]);
+    fails(&run(&["create", s(&p)]), &[hint]);
+    // A file of other bytes gets no such hint.
+    let q = write_file(dir.path(), "x.tags", "x".repeat(8192));
+    let e = fails(&run(&["stats", s(&q)]), &["not a tagstore file"]);
+    assert!(!e.contains(hint), "{e}");
+}
+
+/// Regression (a review's): `create --expected-tags` near the 8 TiB bound
+/// was accepted on a machine whose memory its bucket tables would nearly
+/// fill at every open (18.6 GB, 48 s to create, 108 s for one FIND on 24
+/// GB). Past half the machine's memory it is refused, nothing created.
+#[test]
+fn a_size_whose_tables_pass_half_the_memory_is_refused() {
+    // SAFETY: sysconf reads a system value.
+    let ram = unsafe {
+        libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64
+    };
+    // The largest size allowed: 257 M buckets a half, about 19 GB of tables.
+    let (tags, tables) = (18_000_000_000u64, 257_142_858u64 * 2 * 37);
+    if tables <= ram / 2 {
+        eprintln!("skipped: this machine has {ram} bytes of memory");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("huge.tags");
+    let e = fails(
+        &run(&["create", s(&p), "--expected-tags", &tags.to_string()]),
+        &["invalid argument", "bucket tables", "let the store grow"],
+    );
+    assert!(e.contains("more than half of this machine's"), "{e}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "a file was made"
+    );
+}
