@@ -824,3 +824,40 @@ fn a_size_whose_tables_pass_half_the_memory_is_refused() {
         "a file was made"
     );
 }
+
+/// Regression (a review's): a bare `--wait` before the command name, or
+/// before the store, took the next word as its value (`tagstore --wait
+/// insert S …`: `unrecognized subcommand 'S'`; `insert --wait S …`:
+/// `invalid value 'S' for '--wait'`). A bare `--wait` now stands anywhere.
+#[test]
+fn a_bare_wait_stands_anywhere() {
+    let (_dir, st) = small_store("wait.tags");
+    let p = s(&st);
+    ok(run(&["--wait", "insert", p, "a", "r", "b"]));
+    ok(run(&["insert", "--wait", p, "a", "r", "c"]));
+    ok(run(&["insert", p, "a", "r", "d", "--wait"]));
+    ok(run(&["--wait", "0.5", "insert", p, "a", "r", "e"]));
+    let found = stdout(&ok(run(&[
+        "find",
+        "--wait",
+        p,
+        "--object",
+        "a",
+        "--relationship",
+        "r",
+    ])));
+    assert_eq!(found, "b\nc\nd\ne\n");
+    // A value that is not one is still refused where it is one.
+    usage(
+        &run(&[
+            "find",
+            p,
+            "--wait=soon",
+            "--object",
+            "a",
+            "--relationship",
+            "r",
+        ]),
+        &["not a number of seconds"],
+    );
+}

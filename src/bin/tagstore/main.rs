@@ -343,8 +343,27 @@ fn naming(path: &std::path::Path, e: tagstore::Error) -> tagstore::Error {
     }
 }
 
+/// The command line with each bare `--wait` (one not followed by a number
+/// of seconds or `inf`) written `--wait=inf`, so that it may stand
+/// anywhere: clap takes the word after a `--wait` as its value, and
+/// `tagstore --wait insert S …` failed with `unrecognized subcommand 'S'`
+/// (a review's finding).
+fn bare_waits(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.collect();
+    for i in 1..args.len() {
+        if args[i] == "--" {
+            break;
+        }
+        let value = args.get(i + 1).and_then(|v| v.to_str());
+        if args[i] == "--wait" && value.is_none_or(|v| v.parse::<WaitArg>().is_err()) {
+            args[i] = "--wait=inf".into();
+        }
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(bare_waits(std::env::args_os()));
     let _ = WAIT.set(cli.wait.map(|w| w.0));
     match run(cli) {
         Ok(code) => code,
