@@ -861,3 +861,32 @@ fn a_bare_wait_stands_anywhere() {
         &["not a number of seconds"],
     );
 }
+
+/// Regression (a review's): on a nearly full disk, `insert --file` of a
+/// file larger than the room left inserted nothing: the store's growth
+/// for the whole file, asked for up front, failed before the first tag.
+/// That growth is only a head start now: the load goes on tag by tag and
+/// stops, with an exact count, where the disk does (here a file-size
+/// limit of 4 MB, as a full disk).
+#[test]
+fn a_load_larger_than_the_disk_inserts_what_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let st = dir.path().join("grow.tags");
+    ok(run(&["create", s(&st)]));
+    let ins = write_file(
+        dir.path(),
+        "many.tsv",
+        tags_tsv("object-with-a-longer-name-", 60_000),
+    );
+    let o = run_size_limited(&["insert", s(&st), "--file", s(&ins)], 4 << 20);
+    let e = fails(&o, &["tags inserted before it"]);
+    let n: usize = e
+        .split(" tags inserted before it")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {e}"));
+    assert!(n > 1000, "only {n} tags went in: {e}");
+    assert_eq!(export_lines(&st).len(), n, "{e}");
+    ok(run(&["check", s(&st)]));
+}
