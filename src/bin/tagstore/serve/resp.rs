@@ -166,10 +166,9 @@ fn multibulk(buf: &[u8], lim: &Limits, p: &mut Progress) -> Result<Parsed, Proto
         p.need = buf.len() + 1;
         return Ok(Parsed::Incomplete);
     };
+    // As Redis: a count of 0 or less carries no request (a review saw
+    // `*-2` close the connection where Redis reads on).
     if count <= 0 {
-        if count < -1 {
-            return err("Protocol error: invalid multibulk length");
-        }
         return Ok(Parsed::Skip(at));
     }
     // Each argument needs at least "$0\r\n\r\n": a count that cannot fit
@@ -286,13 +285,9 @@ fn split_words(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
             return Ok(args);
         }
         let mut word = Vec::new();
-        let quote = match line[i] {
-            q @ (b'"' | b'\'') => {
-                i += 1;
-                Some(q)
-            }
-            _ => None,
-        };
+        // A quote opens quoting anywhere in a word, as Redis's
+        // `sdssplitargs` (`ab"c d"` is the word `abc d`).
+        let mut quote: Option<u8> = None;
         loop {
             let Some(&c) = line.get(i) else {
                 if quote.is_some() {
@@ -303,6 +298,7 @@ fn split_words(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
             i += 1;
             match quote {
                 None if c.is_ascii_whitespace() => break,
+                None if c == b'"' || c == b'\'' => quote = Some(c),
                 None => word.push(c),
                 Some(q) if c == q => {
                     // A closing quote must end the word.

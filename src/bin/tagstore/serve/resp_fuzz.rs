@@ -192,12 +192,14 @@ fn limits_are_checked_before_the_body_arrives() {
     assert!(parse(b"*5\r\n", &lim).is_err());
     assert!(parse(b"*4000000000\r\n", &LIM).is_err());
     assert!(parse(b"*1\r\n$99999999999999999999999\r\n", &LIM).is_err());
-    assert!(parse(b"*-2\r\n", &LIM).is_err());
     assert!(parse(b"*1\r\n$-1\r\n", &LIM).is_err());
     assert!(parse(b"*1\r\n$3\r\nabcXY", &LIM).is_err());
     assert!(parse(b"*1\r\n+OK\r\n", &LIM).is_err());
     assert_eq!(parse(b"*0\r\n", &LIM), Ok(Parsed::Skip(4)));
     assert_eq!(parse(b"*-1\r\n", &LIM), Ok(Parsed::Skip(5)));
+    // As Redis: any count below 0 carries no request (a review's `*-2`
+    // closed the connection).
+    assert_eq!(parse(b"*-2\r\n", &LIM), Ok(Parsed::Skip(5)));
     assert_eq!(parse(b"\r\n", &LIM), Ok(Parsed::Skip(2)));
     // An endless inline line or header is refused once it passes its bound.
     assert!(parse(&vec![b'a'; super::resp::MAX_INLINE + 1], &LIM).is_err());
@@ -220,6 +222,11 @@ fn inline_quotes_as_redis() {
     assert_eq!(p(line), req(&["PING", "A\t"], line));
     assert!(p("PING \"abc\n").is_err());
     assert!(p("PING \"abc\"def\n").is_err());
+    // A quote inside a word opens quoting there, as in Redis (a review's
+    // `ECHO ab"c d"` was split in two).
+    let line = "ECHO ab\"c d\" x'y z'\n";
+    assert_eq!(p(line), req(&["ECHO", "abc d", "xy z"], line));
+    assert!(p("ECHO ab\"c d\n").is_err());
 }
 
 /// A request's arguments are read in place until the next parse, and a
