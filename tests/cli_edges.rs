@@ -43,6 +43,15 @@ fn store_with_tags(name: &str, n: usize) -> (tempfile::TempDir, std::path::PathB
 
 // --- Item 2: a failing --file command reports what it applied ------------------
 
+/// The count in a load's error `… N tags inserted before it …`.
+fn inserted_before(err: &str) -> usize {
+    err.split(" tags inserted before it")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {err:?}"))
+}
+
 /// Runs the CLI with its file-size limit (RLIMIT_FSIZE) at `limit` bytes and
 /// SIGXFSZ ignored, so a write past `limit` fails with EFBIG, as a full disk
 /// fails with ENOSPC, instead of killing the process.
@@ -675,12 +684,7 @@ fn large_insert_file_stopped_by_a_full_disk_reports_an_exact_count() {
     let o = run_size_limited(&["insert", p, "--file", s(&ins)], size + (2 << 20));
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(!o.status.success(), "the load should stop: {err}");
-    let n: usize = err
-        .split(" tags inserted before it")
-        .next()
-        .and_then(|head| head.rsplit(' ').next())
-        .and_then(|w| w.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {err:?}"));
+    let n = inserted_before(&err);
     assert!(n > 0 && n < 40_000, "{err}");
     assert_eq!(export_lines(&st).len(), n, "{err}");
     ok(run(&["check", p]));
@@ -880,12 +884,7 @@ fn a_load_larger_than_the_disk_inserts_what_fits() {
     );
     let o = run_size_limited(&["insert", s(&st), "--file", s(&ins)], 4 << 20);
     let e = fails(&o, &["tags inserted before it"]);
-    let n: usize = e
-        .split(" tags inserted before it")
-        .next()
-        .and_then(|h| h.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count in {e}"));
+    let n = inserted_before(&e);
     assert!(n > 1000, "only {n} tags went in: {e}");
     assert_eq!(export_lines(&st).len(), n, "{e}");
     ok(run(&["check", s(&st)]));

@@ -592,6 +592,46 @@ fn count_in(line: &str, word: &str) -> usize {
     line[..at].rsplit(' ').next().unwrap().parse().unwrap()
 }
 
+/// A reshard about to start: three of four nodes (`mode`) holding
+/// `make_tags(seed, n)` (the truth), NEW's config, where the record goes,
+/// and `more_n` tags of `make_tags(more_seed, …)` not among them.
+struct Start {
+    tmp: tempfile::TempDir,
+    c: Cluster,
+    old: String,
+    new: String,
+    record: PathBuf,
+    truth: BTreeSet<Tag>,
+    more: Vec<Tag>,
+}
+
+fn reshard_start(
+    seed: u64,
+    n: usize,
+    mode: &'static [&'static str],
+    more_seed: u64,
+    more_n: usize,
+) -> Option<Start> {
+    let tags = make_tags(seed, n);
+    let (tmp, c, old) = three_of(4, mode, &tags)?;
+    let truth: BTreeSet<Tag> = tags.into_iter().collect();
+    let new = c.write_config(4, "new.yml");
+    let record = tmp.path().join("new.yml.reshard");
+    let more = make_tags(more_seed, more_n)
+        .into_iter()
+        .filter(|t| !truth.contains(t))
+        .collect();
+    Some(Start {
+        tmp,
+        c,
+        old,
+        new,
+        record,
+        truth,
+        more,
+    })
+}
+
 /// Regression: copies were made by SADD alone, so a tag deleted after the
 /// first copy came back, from the new node (deleted before the proxy
 /// switch) or from the old one (after it, `--remove` copied it again):
@@ -611,17 +651,19 @@ fn reshard_keeps_deletes_made_while_it_runs_on_whole_tag_nodes() {
 }
 
 fn reshard_with_writes_between(mode: &'static [&'static str]) {
-    let tags = make_tags(29, 5000);
-    let Some((tmp, mut c, old)) = three_of(4, mode, &tags) else {
+    let Some(Start {
+        tmp,
+        mut c,
+        old,
+        new,
+        record,
+        mut truth,
+        more,
+    }) = reshard_start(29, 5000, mode, 31, 3000)
+    else {
         return;
     };
-    let mut truth: BTreeSet<Tag> = tags.iter().cloned().collect();
-    let new = c.write_config(4, "new.yml");
-    let record = tmp.path().join("new.yml.reshard");
-    let more: Vec<Tag> = make_tags(31, 3000)
-        .into_iter()
-        .filter(|t| !truth.contains(t))
-        .collect();
+    let tags = make_tags(29, 5000);
     // A record that cannot be written stops the copy before any node
     // changes: no such directory, or its temporary taken by a directory.
     let blocked = tmp.path().join("blocked");
@@ -894,17 +936,18 @@ fn partial_nodes(out: &str) -> usize {
 /// someone else took its window), and ends as exact.
 #[test]
 fn reshard_copies_read_again_only_what_changed() {
-    let tags = make_tags(43, 4000);
-    let Some((tmp, mut c, old)) = three_of(4, &["--half-only"], &tags) else {
+    let Some(Start {
+        tmp,
+        mut c,
+        old,
+        new,
+        record,
+        mut truth,
+        more,
+    }) = reshard_start(43, 4000, &["--half-only"], 47, 2000)
+    else {
         return;
     };
-    let mut truth: BTreeSet<Tag> = tags.iter().cloned().collect();
-    let new = c.write_config(4, "new.yml");
-    let record = tmp.path().join("new.yml.reshard");
-    let more: Vec<Tag> = make_tags(47, 2000)
-        .into_iter()
-        .filter(|t| !truth.contains(t))
-        .collect();
     let (add1, add2) = more.split_at(more.len() / 2);
     let mut gone: Vec<Tag> = Vec::new();
     let mut change = |c: &mut Cluster, step: usize, adds: &[Tag]| {
