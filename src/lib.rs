@@ -54,6 +54,7 @@ pub use format::long::MAX_STRING_BYTES;
 pub use format::tag::{MAX_TAG_BYTES, SLOT_SIZE};
 pub use format::{Geometry, Half, Tag};
 pub use pager::{journal_path, Durability};
+pub use strings::strings_path;
 
 /// Whitebox hooks for tests and benchmarks: crash injection, durability
 /// callbacks and the format's hashes and block layout. Enabled by the

@@ -1913,3 +1913,46 @@ fn an_sadd_stopped_by_the_store_says_how_many_members_stay() {
         "{said}"
     );
 }
+
+/// Regression (a review's): a store whose strings file was lost started
+/// serving without a word, and the first sign was a client's failed SCAN.
+/// The server now warns on stderr as it starts; a sound store gets no
+/// such warning.
+#[test]
+fn a_lost_strings_file_is_said_at_start() {
+    let (_d, path) = temp_store();
+    {
+        let s =
+            tagstore::Store::create(&path, &tagstore::CreateOptions::default()).expect("create");
+        s.insert(&tagstore::Tag::new("o", "r", &"long".repeat(100)))
+            .expect("insert");
+        s.close().expect("close");
+    }
+    let start = |path: &Path| {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg(path)
+            .args(["--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tagstore serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read the listening line");
+        assert!(line.starts_with("listening on "), "{line}");
+        child.kill().expect("kill");
+        let out = child.wait_with_output().expect("wait");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = start(&path);
+    assert!(!said.contains("warning"), "{said}");
+    std::fs::remove_file(tagstore::strings_path(&path)).expect("remove the strings file");
+    let said = start(&path);
+    assert!(
+        said.contains("is lost or damaged") && said.contains("tagstore check"),
+        "{said}"
+    );
+}

@@ -108,6 +108,14 @@ impl Store {
         Self::create_as(path.as_ref(), options, Layout::v2, FLAG_HALF_ONLY)
     }
 
+    /// True when the store's strings file (`STORE.strings`, the strings of
+    /// tags longer than a slot) is lost or damaged, so some of its long
+    /// tags may be unreadable (`check` names them, an export with
+    /// [`Store::salvaged_tags`] keeps the rest).
+    pub fn strings_unsure(&self) -> bool {
+        self.read().strings.unsure()
+    }
+
     /// True for a store made by [`Store::create_half_only`].
     pub fn is_half_only(&self) -> bool {
         self.read().half_only()

@@ -108,6 +108,15 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         .local_addr()
         .map_err(|e| Fail::Error(format!("listening socket: {e}")))?;
     let store = open_or_create(&a.store, a.half_only)?;
+    if store.strings_unsure() {
+        // Said once at start, not first by a client's failed SCAN.
+        eprintln!(
+            "tagstore serve: warning: {} is lost or damaged while the store held tags longer \
+             than a slot: those tags may be unreadable (SCAN and reads of them fail); `tagstore \
+             check` names them, `tagstore export --salvage` saves the rest",
+            tagstore::strings_path(&a.store).display()
+        );
+    }
     store.set_counting(a.counts);
     // The loop commits once per turn, before any reply that acknowledges a
     // write of that turn: `immediate` and `on-sync` both run the store in
