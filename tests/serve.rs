@@ -1924,7 +1924,7 @@ fn a_lost_strings_file_is_said_at_start() {
     {
         let s =
             tagstore::Store::create(&path, &tagstore::CreateOptions::default()).expect("create");
-        s.insert(&tagstore::Tag::new("o", "r", &"long".repeat(100)))
+        s.insert(&tagstore::Tag::new("o", "r", "long".repeat(100)))
             .expect("insert");
         s.close().expect("close");
     }
