@@ -200,12 +200,11 @@ pub fn check_fits(key: &Key, member: &str) -> tagstore::Result<()> {
     with_tag(key, member, Tag::check_size)
 }
 
-/// Empties the key's set (`DEL`): in a whole-tag store every tag the key
-/// names goes, both halves (so the other keys of those tags lose a member
-/// too, as with `SREM`); in a half-only store the key's half. Returns the
-/// members it had.
-pub fn remove_all(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
-    let names = member_list(store, key)?;
+/// Empties the key's set of `names`, its members (`DEL`): in a whole-tag
+/// store every tag the key names goes, both halves (so the other keys of
+/// those tags lose a member too, as with `SREM`); in a half-only store the
+/// key's half.
+pub fn remove_all(store: &Store, key: &Key, names: &[String]) -> tagstore::Result<()> {
     let tags: Vec<Tag> = names.iter().map(|m| tag(key, m)).collect();
     if store.is_half_only() {
         for t in &tags {
@@ -214,7 +213,7 @@ pub fn remove_all(store: &Store, key: &Key) -> tagstore::Result<Vec<String>> {
     } else {
         store.delete_batch(&tags).1?;
     }
-    Ok(names)
+    Ok(())
 }
 
 /// The other key of the tag a key and one of its members name (its `s:`

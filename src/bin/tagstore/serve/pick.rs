@@ -160,9 +160,12 @@ pub fn smove(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Result<(),
         keys::check_fits(&dst, m)?;
     }
     if present && src != dst {
+        // Each key noted as its change is made: a store error at the add
+        // must not leave the source's change unnoted (a review's finding:
+        // a reshard's next copy would not read the key again).
         keys::apply(store, src.half, &keys::tag(&src, m), Change::Remove)?;
-        keys::apply(store, dst.half, &keys::tag(&dst, m), Change::Add)?;
         touched(ctx, &src, rest[0], m);
+        keys::apply(store, dst.half, &keys::tag(&dst, m), Change::Add)?;
         touched(ctx, &dst, rest[1], m);
     }
     resp::int(out, i64::from(present));

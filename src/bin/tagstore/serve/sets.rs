@@ -20,11 +20,16 @@ pub fn del_command(ctx: &Context<'_>, rest: &[&[u8]], out: &mut Vec<u8>) -> Resu
         .collect::<Result<Vec<_>, _>>()?;
     let mut n = 0;
     for (key, raw) in parsed.iter().zip(rest) {
-        let gone = keys::remove_all(ctx.store, key)?;
-        n += i64::from(!gone.is_empty());
-        for m in &gone {
+        // Noted before the removal, which may stop midway at a store error
+        // with members already gone (a review's finding: a reshard's next
+        // copy would not read the key again); a key noted that then does
+        // not change costs a read, never a wrong copy.
+        let members = keys::member_list(ctx.store, key)?;
+        for m in &members {
             touched(ctx, key, raw, m);
         }
+        keys::remove_all(ctx.store, key, &members)?;
+        n += i64::from(!members.is_empty());
     }
     resp::int(out, n);
     Ok(())
