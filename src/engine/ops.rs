@@ -211,6 +211,9 @@ impl Store {
             return self.one_by_one(it, insert, out);
         }
         let all: Vec<&Tag> = it.collect();
+        // The growth's I/O error, kept to name the cause should the batch
+        // then find the handle unusable.
+        let mut cause = None;
         if insert && all.len() > 1024 {
             // Grow once for the tags of the batch that are new, so they are
             // not moved by splits as they arrive.
@@ -223,15 +226,20 @@ impl Store {
             // stops at an exact count where the disk does (a review's 20 MB
             // disk took no tag of a 300,000-tag batch, all of it in pieces).
             match grown {
-                Err(Error::Io { .. }) => {}
+                Err(e @ Error::Io { .. }) => cause = Some(e),
                 Err(e) => return (out, Err(e)),
                 Ok(_) => {}
             }
         }
-        if all.len() >= self.bulk_min.load(Ordering::Relaxed) {
-            return self.bulk(&all, insert, out);
+        let (out, r) = if all.len() >= self.bulk_min.load(Ordering::Relaxed) {
+            self.bulk(&all, insert, out)
+        } else {
+            self.one_by_one(all.iter().copied(), insert, out)
+        };
+        match (r, cause) {
+            (Err(Error::Poisoned), Some(e)) => (out, Err(e)),
+            (r, _) => (out, r),
         }
-        self.one_by_one(all.iter().copied(), insert, out)
     }
 
     /// Applies a batch tag by tag, taking the write lock once per chunk.
