@@ -199,32 +199,28 @@ impl Record {
             other => return Err(bad(&format!("unknown state `{other}`"))),
         };
         let mut marks = BTreeMap::new();
+        // Lines before the members (for the line numbers of errors).
+        let mut header_lines = 5;
         while let Some(m) = lines.peek().and_then(|l| l.strip_prefix("mark ")) {
-            let f: Vec<&str> = m.split(' ').collect();
-            let mark = match f[..] {
-                [addr, instance, next, listed] => {
-                    next.parse()
-                        .ok()
-                        .zip(listed.parse().ok())
-                        .map(|(next, listed)| {
-                            let instance = instance.to_owned();
-                            (
-                                addr.to_owned(),
-                                Mark {
-                                    instance,
-                                    next,
-                                    listed,
-                                },
-                            )
-                        })
-                }
-                _ => None,
+            let bad_mark = || bad(&format!("bad mark line `mark {m}`"));
+            let [addr, instance, next, listed] = m.split(' ').collect::<Vec<_>>()[..] else {
+                return Err(bad_mark());
             };
-            let (addr, mark) = mark.ok_or_else(|| bad(&format!("bad mark line `mark {m}`")))?;
-            marks.insert(addr, mark);
+            let (Ok(next), Ok(listed)) = (next.parse(), listed.parse()) else {
+                return Err(bad_mark());
+            };
+            let instance = instance.to_owned();
+            marks.insert(
+                addr.to_owned(),
+                Mark {
+                    instance,
+                    next,
+                    listed,
+                },
+            );
             lines.next();
+            header_lines += 1;
         }
-        let header_lines = 5 + marks.len();
         let (mut copied, mut pending) = (Sets::new(), Sets::new());
         let mut into_pending = false;
         let mut members = 0u64;

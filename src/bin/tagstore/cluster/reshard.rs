@@ -217,6 +217,9 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         Record::check_writable(&path)?;
     }
     let mut moved = 0usize;
+    // A node's new mark is in memory only (nothing to copy there, so no
+    // save followed it).
+    let mut marks_unsaved = false;
     // Per new node: keys moved in; per old node: moved out.
     let mut moved_in = vec![0usize; new.servers.len()];
     let mut moved_out = vec![0usize; old.servers.len()];
@@ -267,7 +270,9 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             if !dels.is_empty() {
                 push_commands(&mut srem_new[j], limits[j], "SREM", k, &dels);
             }
-            if !now.is_empty() {
+            // (A copy counts from its record at the end: it may have read
+            // only the changed keys.)
+            if a.remove && !now.is_empty() {
                 moved += 1;
                 moved_in[j] += 1;
                 moved_out[i] += 1;
@@ -344,17 +349,22 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 Some(m) => rec.marks.insert(addr(&old, i), m),
                 None => rec.marks.remove(&addr(&old, i)),
             };
-            if !same {
+            if same {
+                marks_unsaved = true;
+            } else {
                 rec.save(&path)?;
+                marks_unsaved = false;
             }
         }
     }
     if !a.remove {
-        // The marks of nodes with nothing to copy (saved once for all).
-        rec.save(&path)?;
+        // The marks of nodes with nothing to copy since the last save
+        // (saved once for all).
+        if marks_unsaved {
+            rec.save(&path)?;
+        }
         // What has moved: every key the record holds (a copy that read
         // only the changed keys did not count the others).
-        (moved, moved_in, moved_out) = (0, vec![0; new.servers.len()], vec![0; old.servers.len()]);
         for k in rec.copied.keys() {
             moved += 1;
             moved_in[c_new.ring.locate(k.as_bytes())] += 1;
