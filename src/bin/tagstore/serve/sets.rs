@@ -55,6 +55,34 @@ pub fn touched(ctx: &Context<'_>, key: &Key, raw: &[u8], member: &str) {
     }
 }
 
+/// The failure of an SADD or SREM (`name`) that a store error `e` (a full
+/// disk) stopped at member `at` (from 0) of `total`: past the first, the
+/// members before it changed and stay (`changed` of them), and the error
+/// says so, as Redis's error reply would otherwise read as nothing done.
+fn stopped(
+    e: tagstore::Error,
+    name: &str,
+    at: usize,
+    total: usize,
+    changed: i64,
+    change: Change,
+) -> Failure {
+    if at == 0 {
+        return Failure::Store(e);
+    }
+    let stay = match change {
+        Change::Add => "added",
+        Change::Remove => "removed",
+    };
+    Failure::Refused(format!(
+        "{} ({} stopped at member {} of {total}: the {changed} members before it that changed \
+         stay {stay})",
+        Failure::Store(e),
+        name.to_uppercase(),
+        at + 1,
+    ))
+}
+
 /// Why a set command failed before replying: a refused argument, or the store.
 pub enum Failure {
     /// An argument refused, with the reason (after `ERR `).
@@ -113,24 +141,8 @@ pub fn set_command(
             }
             let mut n = 0;
             for (i, m) in members.iter().enumerate() {
-                let applied = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change));
-                // A store error midway (a full disk) leaves the members
-                // before it changed: the error says so, as Redis's error
-                // reply would otherwise read as nothing done.
-                let changed =
-                    applied.map_err(|e| match i {
-                        0 => Failure::Store(e),
-                        _ => {
-                            Failure::Refused(format!(
-                        "store: {e} ({} stopped at member {} of {}: the {n} members before \
-                         it that changed stay {})",
-                        name.to_uppercase(),
-                        i + 1,
-                        members.len(),
-                        if change == Change::Add { "added" } else { "removed" }
-                    ))
-                        }
-                    })?;
+                let changed = keys::with_tag(&key, m, |t| keys::apply(store, key.half, t, change))
+                    .map_err(|e| stopped(e, name, i, members.len(), n, change))?;
                 if changed {
                     touched(ctx, &key, rest[0], m);
                 }
