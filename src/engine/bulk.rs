@@ -149,6 +149,8 @@ impl State {
         insert: bool,
         count: bool,
     ) -> Result<u64> {
+        // A round writes many keys: every hot copy goes (`hot.rs`).
+        self.hot.forget_all();
         self.pager.write_intent(&bulk_intent())?;
         self.pager.begin_bulk(plan.last_round);
         let r = match count && self.feed.counting {
@@ -322,6 +324,7 @@ impl State {
     /// one half only gets its other half, so each tag of the batch is wholly
     /// present or wholly absent. Idempotent: a crash during it redoes it.
     pub fn redo_bulk(&mut self) -> Result<()> {
+        self.hot.forget_all();
         let seed = self.index.seed();
         self.pager.begin_bulk(false);
         let r = (|| {

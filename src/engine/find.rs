@@ -7,6 +7,7 @@
 //! and inserted again meanwhile may appear twice (its new slot lies past
 //! the walk's place): collect into a set where that matters.
 
+use super::hot::HotSet;
 use super::keymatch::KeyMatch;
 use super::state::State;
 use super::{Reading, Store};
@@ -15,7 +16,7 @@ use crate::format::tag::decode;
 use crate::format::{place, prefetch, BlockRef, Half, SlotBytes, Tag};
 use crate::index::ChainWalk;
 use std::collections::VecDeque;
-use std::sync::RwLockReadGuard;
+use std::sync::{Arc, RwLockReadGuard};
 
 thread_local! {
     /// Result buffers reused by the visitor FINDs of this thread.
@@ -57,6 +58,11 @@ struct Search {
     half: Half,
     /// Further stored forms of a long key (`long.rs`), searched in turn.
     rest: Vec<(String, String)>,
+    /// The key's hash (its first form's).
+    hash: u64,
+    /// The key has one stored form, as given: its results may be kept
+    /// in a hot copy (`hot.rs`).
+    one_form: bool,
 }
 
 impl Search {
@@ -68,6 +74,7 @@ impl Search {
         // overlaps that miss).
         let mut s = Self::at(st, half, relationship, name, Vec::new());
         s.rest = st.other_key_forms(relationship, name);
+        s.one_form = s.rest.is_empty() && !s.walk.done();
         s
     }
 
@@ -97,7 +104,15 @@ impl Search {
             walk,
             half,
             rest,
+            hash: p.hash,
+            one_form: false,
         }
+    }
+
+    /// Ends the search (its results came from a hot copy).
+    fn finish(&mut self) {
+        self.walk = ChainWalk::new(0, 0, None);
+        self.rest.clear();
     }
 
     /// True once every form of the key is searched.
@@ -234,6 +249,50 @@ fn copy_window<const W: usize>(
     true
 }
 
+/// Walks the rest of a search under one read lock, its results gathered
+/// into a copy that is kept for later FINDs of the key (`hot.rs`; no write
+/// can come between the walk and the copy kept). Past the copy's bound the
+/// walk stops there, nothing is kept, and the search is left not done:
+/// what was gathered is still to be handed out, then the rest walked.
+fn copy_walk(
+    st: &State,
+    s: &mut Search,
+    key: (Half, &str, &str),
+    text: &mut Vec<u8>,
+    ends: &mut Vec<usize>,
+) -> Result<Arc<HotSet>> {
+    let max = st.hot.max_copy();
+    let (mut all, mut all_ends) = (Vec::new(), Vec::new());
+    while !s.done() && all.len() <= max {
+        s.step(st, BLOCKS_PER_STEP, text, ends)?;
+        let base = all.len();
+        all.extend_from_slice(text);
+        all_ends.extend(ends.iter().map(|&e| (base + e) as u32));
+    }
+    let text = String::from_utf8(all).map_err(|_| bad_result())?;
+    if !all_ends.iter().all(|&e| text.is_char_boundary(e as usize)) {
+        return Err(bad_result());
+    }
+    let set = Arc::new(HotSet {
+        text,
+        ends: all_ends,
+    });
+    if s.done() {
+        st.hot.keep(s.hash, key.0, key.1, key.2, set.clone());
+    } else {
+        st.hot.too_big(s.hash);
+    }
+    Ok(set)
+}
+
+/// Hands each result of a copy to `f`; returns how many there were.
+fn deliver(set: &HotSet, f: &mut impl FnMut(&str)) -> Result<u64> {
+    for i in 0..set.ends.len() {
+        f(set.get(i).ok_or_else(bad_result)?);
+    }
+    Ok(set.ends.len() as u64)
+}
+
 fn bad_result() -> Error {
     Error::corrupt("a FIND result is not valid UTF-8 (`tagstore check` names the block)")
 }
@@ -269,6 +328,13 @@ pub struct Find<'s> {
     failed: bool,
     /// The first step's error, returned by the first `next`.
     first_error: Option<Error>,
+    /// Results from a hot copy (`hot.rs`), handed out before any step's,
+    /// and how many of them were.
+    hot: Option<Arc<HotSet>>,
+    hot_at: usize,
+    /// Results returned from steps, counted for `hot.rs` when the FIND
+    /// ends (a key of one stored form whose results were read from blocks).
+    counted: Option<u64>,
 }
 
 impl<'s> Find<'s> {
@@ -279,23 +345,51 @@ impl<'s> Find<'s> {
         bytes.clear();
         ends.clear();
         let st = store.read();
+        let mut search = Search::new(&st, half, relationship, name);
+        let mut hot = None;
+        let mut first_error = None;
+        if search.one_form {
+            if let Some(set) = st.hot.get(search.hash, half, relationship, name) {
+                search.finish();
+                hot = Some(set);
+            } else if st.hot.wants_copy(search.hash) {
+                let key = (half, relationship, name);
+                match copy_walk(&st, &mut search, key, &mut bytes, &mut ends) {
+                    Ok(set) => hot = Some(set),
+                    Err(e) => first_error = Some(e),
+                }
+                bytes.clear();
+                ends.clear();
+            }
+        }
+        let counted = (search.one_form && hot.is_none()).then_some(0);
         let mut f = Find {
             store,
             _reading: None,
-            search: Search::new(&st, half, relationship, name),
+            search,
             text: String::from_utf8(bytes).unwrap_or_default(),
             ends,
             taken: 0,
             start: 0,
             steps: 0,
-            failed: false,
-            first_error: None,
+            failed: first_error.is_some(),
+            first_error,
+            hot,
+            hot_at: 0,
+            counted,
         };
-        if let Err(e) = f.fill(&st) {
-            f.failed = true;
-            f.ends.clear();
-            f.first_error = Some(e);
-        } else if !f.search.done() {
+        if f.failed {
+            return f;
+        }
+        if f.hot.is_none() {
+            if let Err(e) = f.fill(&st) {
+                f.failed = true;
+                f.ends.clear();
+                f.first_error = Some(e);
+                return f;
+            }
+        }
+        if !f.search.done() {
             // Registered before the lock goes: no split between the steps.
             f._reading = Some(Reading::new(store));
         }
@@ -331,10 +425,21 @@ impl Iterator for Find<'_> {
         if let Some(e) = self.first_error.take() {
             return Some(Err(e));
         }
+        if let Some(set) = &self.hot {
+            if self.hot_at < set.ends.len() {
+                let r = set.get(self.hot_at).map(str::to_owned);
+                self.hot_at += 1;
+                return Some(r.ok_or_else(bad_result));
+            }
+            self.hot = None;
+        }
         loop {
             if let Some(&end) = self.ends.get(self.taken) {
                 let start = std::mem::replace(&mut self.start, end);
                 self.taken += 1;
+                if let Some(n) = &mut self.counted {
+                    *n += 1;
+                }
                 // Each result must also start and end on a character
                 // boundary to be valid on its own.
                 let r = self.text.get(start..end).map(str::to_owned);
@@ -345,6 +450,9 @@ impl Iterator for Find<'_> {
                 return Some(r.ok_or_else(bad_result));
             }
             if self.failed || self.search.done() {
+                if let (Some(n), false) = (self.counted.take(), self.failed) {
+                    self.store.hot.note(self.search.hash, n);
+                }
                 return None;
             }
             let st = self.store.read();
@@ -516,27 +624,54 @@ impl Store {
         // FINDs take one step): one lock per FIND, not two.
         let st = self.read();
         let mut s = Search::new(&st, half, relationship, name);
+        if s.one_form {
+            if let Some(set) = st.hot.get(s.hash, half, relationship, name) {
+                drop(st);
+                return deliver(&set, &mut f);
+            }
+        }
         // Results of one step, concatenated, and where each ends. The
         // buffers are kept per thread (a nested FIND from `f` makes its own).
         let (mut text, mut ends) = take_bufs();
-        let r = self.visit_with(st, &mut s, &mut text, &mut ends, &mut f);
+        let copying = s.one_form && st.hot.wants_copy(s.hash);
+        let r = if copying {
+            let key = (half, relationship, name);
+            match copy_walk(&st, &mut s, key, &mut text, &mut ends) {
+                Ok(set) => {
+                    // Past the bound, the walk goes on as any FIND's.
+                    let reading = (!s.done()).then(|| Reading::new(self));
+                    drop(st);
+                    deliver(&set, &mut f).and_then(|n| {
+                        let more =
+                            self.visit_with(None, reading, &mut s, &mut text, &mut ends, &mut f);
+                        Ok(n + more?)
+                    })
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            self.visit_with(Some(st), None, &mut s, &mut text, &mut ends, &mut f)
+        };
         give_bufs((text, ends));
+        if let (Ok(n), true, false) = (&r, s.one_form, copying) {
+            self.hot.note(s.hash, *n);
+        }
         r
     }
 
-    fn visit_with(
-        &self,
-        first: RwLockReadGuard<'_, State>,
+    fn visit_with<'s>(
+        &'s self,
+        first: Option<RwLockReadGuard<'s, State>>,
+        mut reading: Option<Reading<'s>>,
         s: &mut Search,
         text: &mut Vec<u8>,
         ends: &mut Vec<usize>,
         f: &mut impl FnMut(&str),
     ) -> Result<u64> {
         let mut n = 0u64;
-        let mut held = Some(first);
+        let mut held = first;
         // Splits wait for a FIND that lets the lock go between steps; one
         // done in a single step (most) never registers.
-        let mut reading = None;
         while !s.done() {
             {
                 // Released before `f` runs: it may write to the store.

@@ -9,6 +9,7 @@ mod bulk;
 mod counting;
 mod find;
 mod grow;
+mod hot;
 mod key_pages;
 mod keymatch;
 mod long;
@@ -58,6 +59,8 @@ pub struct Store {
     readers: Arc<AtomicUsize>,
     /// The journal's group commit (shared with the pager).
     group: Arc<Group>,
+    /// Copies of hot keys' FIND results (shared with the state).
+    hot: Arc<hot::Hot>,
     seed: u64,
     path: PathBuf,
     /// Stale temporaries this handle's open removed (reported by `check`).
@@ -80,6 +83,7 @@ impl Store {
         let seed = state.index.seed();
         let readers = state.readers.clone();
         let group = state.pager.group();
+        let hot = state.hot.clone();
         Ok(Store {
             state: RwLock::new(state),
             counts: Arc::new(Mutex::new(None)),
@@ -87,6 +91,7 @@ impl Store {
             writer_id: random_u64()?,
             readers,
             group,
+            hot,
             seed,
             path: path.to_path_buf(),
             removed: Vec::new(),
@@ -193,6 +198,7 @@ impl Store {
             closed: false,
             readers: Arc::new(AtomicUsize::new(0)),
             strings: Strings::empty(path, true),
+            hot: Arc::new(hot::Hot::new(hot::DEFAULT_BYTES)),
         };
         let made = state.pager.write_superblock(&sb).and_then(|()| {
             // Counts start empty and exact, so the first close merges instead of scanning.
@@ -427,6 +433,7 @@ impl Store {
             recovered,
             closed: false,
             readers: Arc::new(AtomicUsize::new(0)),
+            hot: Arc::new(hot::Hot::new(hot::DEFAULT_BYTES)),
         };
         if let Some((old, level)) = split_in_memory {
             let refused = Error::SplitPending(path.to_path_buf());

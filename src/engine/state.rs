@@ -30,6 +30,8 @@ pub(crate) struct State {
     pub(super) readers: Arc<AtomicUsize>,
     /// The long strings that tags hold by reference (`STORE.strings`).
     pub(super) strings: Strings,
+    /// Copies of hot keys' FIND results (memory only, `hot.rs`).
+    pub(super) hot: Arc<super::hot::Hot>,
 }
 
 impl State {
@@ -45,6 +47,7 @@ impl State {
         refused: Error,
         redo: impl FnOnce(&mut State) -> Result<()>,
     ) -> Result<()> {
+        self.hot.forget_all();
         self.pager.begin_memory_writes(end);
         let r = redo(self);
         let ended = self.pager.end_memory_writes();

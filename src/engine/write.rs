@@ -51,6 +51,16 @@ impl State {
         place(geo, seed, half, view.relationship, view.key_name(half))
     }
 
+    /// Drops the hot copies (`hot.rs`) of the keys in `places`, which a
+    /// write of a tag changes. (A key stored in another form too, by
+    /// reference in a tag longer than a slot, never has a copy: its FIND
+    /// finds the strings file holding the string before any slot names it.)
+    fn forget_hot(&self, places: &[Place]) {
+        for p in places {
+            self.hot.forget(p.hash);
+        }
+    }
+
     /// True if the encoded tag is stored in half `half`.
     pub fn contains(&self, slot: &SlotBytes, half: Half) -> Result<bool> {
         let p = self.place_of(slot, half)?;
@@ -244,6 +254,7 @@ impl State {
     /// it is absent. False if it was already present.
     pub fn insert_slot(&mut self, slot: &SlotBytes, check_dup: bool) -> Result<bool> {
         let [po, ps] = self.places(slot)?;
+        self.forget_hot(&[po, ps]);
         let (go, gs) = (po.bucket, ps.bucket);
         self.index.prefetch_buckets(&self.pager, &[go, gs]);
         let (ko, ks) = (po.fp(), ps.fp());
@@ -333,6 +344,7 @@ impl State {
     /// that half was already stored.
     pub fn insert_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
         let p = self.place_of(slot, half)?;
+        self.forget_hot(&[p]);
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         if self
             .index
@@ -379,6 +391,7 @@ impl State {
     /// that half was not stored.
     pub fn delete_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
         let p = self.place_of(slot, half)?;
+        self.forget_hot(&[p]);
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         let Some(f) = self.index.locate(&self.pager, p.bucket, p.fp(), th, slot)? else {
             return Ok(false);
@@ -405,6 +418,7 @@ impl State {
     /// Deletes an encoded tag from both halves; false if it was absent.
     pub fn delete_slot(&mut self, slot: &SlotBytes) -> Result<bool> {
         let [po, ps] = self.places(slot)?;
+        self.forget_hot(&[po, ps]);
         let (go, gs) = (po.bucket, ps.bucket);
         self.index.prefetch_buckets(&self.pager, &[go, gs]);
         let th = tag_hash(self.index.seed(), used_prefix(slot));
