@@ -1956,3 +1956,96 @@ fn a_lost_strings_file_is_said_at_start() {
         "{said}"
     );
 }
+
+/// Hot sets (DESIGN.md §5.3.2): a set of 256 members or more read whole
+/// three times is answered from a copy, which every write to it (SADD,
+/// SREM, SMOVE in and out, DEL, SPOP) must drop; whole-tag and half-only
+/// nodes, against a model, and `--hot-bytes 0` answering the same.
+#[test]
+fn hot_sets_follow_every_write() {
+    for args in [&[][..], &["--half-only"][..], &["--hot-bytes", "0"][..]] {
+        let (_d, path) = temp_store();
+        let srv = Server::start(&path, args);
+        let mut c = srv.client();
+        let mut rng = XorShift(seed());
+        let keys: Vec<String> = ["hot", "夕日", "other"]
+            .iter()
+            .map(|s| skey("r", s))
+            .collect();
+        let mut model: Vec<BTreeSet<String>> = vec![BTreeSet::new(); keys.len()];
+        for (k, m) in keys.iter().zip(model.iter_mut()) {
+            for i in 0..300 {
+                let member = format!("o{i}\t日");
+                assert_eq!(c.call(&["SADD", k, &member]), R::Int(1));
+                m.insert(member);
+            }
+        }
+        for step in 0..300 {
+            let (a, b) = (rng.below(3), rng.below(3));
+            if model[a].len() < 270 {
+                // Back past 256 members (many in one SADD).
+                let more: Vec<String> = (0..40)
+                    .map(|_| format!("o{}\t日", rng.below(320)))
+                    .collect();
+                let mut call = vec!["SADD", keys[a].as_str()];
+                call.extend(more.iter().map(String::as_str));
+                let new = more
+                    .iter()
+                    .filter(|m| model[a].insert((*m).clone()))
+                    .count();
+                assert_eq!(c.call(&call), R::Int(new as i64), "{args:?} step {step}");
+            }
+            for _ in 0..3 {
+                assert_eq!(
+                    c.call(&["SMEMBERS", &keys[a]]).set(),
+                    model[a],
+                    "{args:?} step {step}"
+                );
+            }
+            let member = format!("o{}\t日", rng.below(320));
+            let ctx = format!("{args:?} step {step}: {member:?}");
+            match rng.below(10) {
+                0..=3 => {
+                    let got = c.call(&["SADD", &keys[a], &member]);
+                    assert_eq!(got, R::Int(i64::from(model[a].insert(member))), "{ctx}");
+                }
+                4..=6 => {
+                    let got = c.call(&["SREM", &keys[a], &member]);
+                    assert_eq!(got, R::Int(i64::from(model[a].remove(&member))), "{ctx}");
+                }
+                7 | 8 if a != b => {
+                    let got = c.call(&["SMOVE", &keys[a], &keys[b], &member]);
+                    let moved = model[a].remove(&member);
+                    if moved {
+                        model[b].insert(member);
+                    }
+                    assert_eq!(got, R::Int(i64::from(moved)), "{ctx}");
+                }
+                9 if model[b].len() < 275 => {
+                    let got = c.call(&["DEL", &keys[b]]);
+                    assert_eq!(got, R::Int(i64::from(!model[b].is_empty())), "{ctx}");
+                    model[b].clear();
+                }
+                _ => {
+                    let got = c.call(&["SPOP", &keys[a]]);
+                    match got {
+                        R::Bulk(m) => {
+                            let m = String::from_utf8(m).expect("UTF-8 member");
+                            assert!(model[a].remove(&m), "{ctx}: SPOP gave {m:?}");
+                        }
+                        R::Nil => assert!(model[a].is_empty(), "{ctx}"),
+                        other => panic!("{ctx}: SPOP answered {other:?}"),
+                    }
+                }
+            }
+            assert_eq!(
+                c.call(&["SCARD", &keys[a]]),
+                R::Int(model[a].len() as i64),
+                "{ctx}"
+            );
+        }
+        for (k, m) in keys.iter().zip(&model) {
+            assert_eq!(c.call(&["SMEMBERS", k]).set(), *m, "{args:?} at the end");
+        }
+    }
+}

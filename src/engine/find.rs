@@ -7,7 +7,7 @@
 //! and inserted again meanwhile may appear twice (its new slot lies past
 //! the walk's place): collect into a set where that matters.
 
-use super::hot::HotSet;
+use super::hot::{HotSet, Look};
 use super::keymatch::KeyMatch;
 use super::state::State;
 use super::{Reading, Store};
@@ -349,10 +349,11 @@ impl<'s> Find<'s> {
         let mut hot = None;
         let mut first_error = None;
         if search.one_form {
-            if let Some(set) = st.hot.get(search.hash, half, relationship, name) {
+            let look = st.hot.look(search.hash, half, relationship, name);
+            if let Look::Copy(set) = look {
                 search.finish();
                 hot = Some(set);
-            } else if st.hot.wants_copy(search.hash) {
+            } else if let Look::Make = look {
                 let key = (half, relationship, name);
                 match copy_walk(&st, &mut search, key, &mut bytes, &mut ends) {
                     Ok(set) => hot = Some(set),
@@ -624,16 +625,18 @@ impl Store {
         // FINDs take one step): one lock per FIND, not two.
         let st = self.read();
         let mut s = Search::new(&st, half, relationship, name);
-        if s.one_form {
-            if let Some(set) = st.hot.get(s.hash, half, relationship, name) {
-                drop(st);
-                return deliver(&set, &mut f);
-            }
+        let look = match s.one_form {
+            true => st.hot.look(s.hash, half, relationship, name),
+            false => Look::Walk,
+        };
+        if let Look::Copy(set) = look {
+            drop(st);
+            return deliver(&set, &mut f);
         }
         // Results of one step, concatenated, and where each ends. The
         // buffers are kept per thread (a nested FIND from `f` makes its own).
         let (mut text, mut ends) = take_bufs();
-        let copying = s.one_form && st.hot.wants_copy(s.hash);
+        let copying = matches!(look, Look::Make);
         let r = if copying {
             let key = (half, relationship, name);
             match copy_walk(&st, &mut s, key, &mut text, &mut ends) {

@@ -1,4 +1,4 @@
-//! Hot keys: the results of a key FOUND again and again, kept in memory
+//! Hot keys: the results of a key found again and again, kept in memory
 //! (DESIGN.md §5.3.2).
 //!
 //! A FIND of a large key streams one 160-byte slot per result; LMDB's leaf
@@ -10,13 +10,16 @@
 //! nothing is written, a reopen starts empty.
 
 use crate::format::Half;
-use foldhash::{HashMap, HashMapExt};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use foldhash::HashMap;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// FINDs returning fewer results are not worth a copy (a primary bucket's
-/// FIND reads a few lines).
-const MIN_RESULTS: u64 = 32;
+/// FINDs returning fewer results are not copied: a FIND of a few hundred
+/// results costs a few µs, and copies of the many keys that size churned
+/// through the bound (files 5 M: the Zipf p50 8.6 → 10.3 µs, every key
+/// once 1.73× → 1.37× LMDB with 32 here).
+const MIN_RESULTS: u64 = 256;
 /// FINDs of a large key since its last write before the next one copies it.
 const SEEN_BEFORE_COPY: u32 = 2;
 /// Keys counted at once; the count starts over past it.
@@ -55,7 +58,10 @@ struct Entry {
     relationship: Box<str>,
     name: Box<str>,
     set: Arc<HotSet>,
-    used: u64,
+    /// Read since the clock hand last passed it.
+    used: bool,
+    /// Which keeping of the key this is (the clock's entries name it).
+    seq: u64,
 }
 
 #[derive(Default)]
@@ -65,8 +71,42 @@ struct Inner {
     copies: HashMap<u64, Entry>,
     /// Large FINDs of each key since its last write.
     seen: HashMap<u64, u32>,
+    /// The clock: copies in the order kept, as (hash, seq); an entry whose
+    /// copy has gone since is skipped.
+    clock: VecDeque<(u64, u64)>,
     bytes: usize,
-    tick: u64,
+    seq: u64,
+}
+
+impl Inner {
+    /// Drops one copy: the first in the clock not read since the hand last
+    /// passed it (a copy read meanwhile goes round again). False if none is kept.
+    fn evict_one(&mut self) -> bool {
+        while let Some((hash, seq)) = self.clock.pop_front() {
+            let Some(e) = self.copies.get_mut(&hash).filter(|e| e.seq == seq) else {
+                continue;
+            };
+            if std::mem::take(&mut e.used) {
+                self.clock.push_back((hash, seq));
+                continue;
+            }
+            if let Some(e) = self.copies.remove(&hash) {
+                self.bytes -= e.set.bytes();
+            }
+            return true;
+        }
+        false
+    }
+}
+
+/// What a FIND does with a key (see [`Hot::look`]).
+pub(crate) enum Look {
+    /// Reads this copy.
+    Copy(Arc<HotSet>),
+    /// Walks the blocks and makes a copy.
+    Make,
+    /// Walks the blocks.
+    Walk,
 }
 
 /// The copies of hot keys' results and what decides them.
@@ -76,20 +116,18 @@ pub(crate) struct Hot {
     any: AtomicBool,
     /// Bound on the bytes of all copies; 0 keeps none.
     limit: AtomicUsize,
+    /// Fewest results a FIND must return to count ([`MIN_RESULTS`]).
+    min_results: AtomicU64,
 }
 
 impl Hot {
     /// No copies, bounded by `limit` bytes.
     pub fn new(limit: usize) -> Self {
         Hot {
-            inner: Mutex::new(Inner {
-                copies: HashMap::new(),
-                seen: HashMap::new(),
-                bytes: 0,
-                tick: 0,
-            }),
+            inner: Mutex::new(Inner::default()),
             any: AtomicBool::new(false),
             limit: AtomicUsize::new(limit),
+            min_results: AtomicU64::new(MIN_RESULTS),
         }
     }
 
@@ -97,31 +135,29 @@ impl Hot {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The copy of a key's results, if one is kept.
-    pub fn get(
-        &self,
-        hash: u64,
-        half: Half,
-        relationship: &str,
-        name: &str,
-    ) -> Option<Arc<HotSet>> {
+    /// Whether a FIND of the key reads its copy, makes one, or walks.
+    pub fn look(&self, hash: u64, half: Half, relationship: &str, name: &str) -> Look {
         if !self.any.load(Ordering::Relaxed) {
-            return None;
+            return Look::Walk;
         }
         let mut g = self.lock();
-        g.tick += 1;
-        let tick = g.tick;
-        let e = g.copies.get_mut(&hash)?;
-        if e.half != half || &*e.relationship != relationship || &*e.name != name {
-            return None;
+        if let Some(e) = g.copies.get_mut(&hash) {
+            if e.half == half && &*e.relationship == relationship && &*e.name == name {
+                e.used = true;
+                return Look::Copy(e.set.clone());
+            }
+            // Another key of the same hash holds the place.
+            return Look::Walk;
         }
-        e.used = tick;
-        Some(e.set.clone())
+        match g.seen.get(&hash) {
+            Some(&n) if n >= SEEN_BEFORE_COPY && n != TOO_BIG => Look::Make,
+            _ => Look::Walk,
+        }
     }
 
     /// Counts a FIND of the key that returned `results` results.
     pub fn note(&self, hash: u64, results: u64) {
-        if results < MIN_RESULTS || self.limit() == 0 {
+        if results < self.min_results.load(Ordering::Relaxed) || self.limit() == 0 {
             return;
         }
         let mut g = self.lock();
@@ -133,16 +169,6 @@ impl Hot {
             *n = (*n + 1).min(TOO_BIG - 1);
         }
         self.any.store(true, Ordering::Relaxed);
-    }
-
-    /// True when this FIND of the key should make its copy.
-    pub fn wants_copy(&self, hash: u64) -> bool {
-        if !self.any.load(Ordering::Relaxed) {
-            return false;
-        }
-        let g = self.lock();
-        let n = g.seen.get(&hash).copied().unwrap_or(0);
-        n >= SEEN_BEFORE_COPY && n != TOO_BIG && !g.copies.contains_key(&hash)
     }
 
     /// Most bytes of results one copy may hold.
@@ -160,24 +186,17 @@ impl Hot {
     }
 
     /// Keeps a copy made under the read lock (no write came between its
-    /// walk and now), dropping the least recently used past the bound.
+    /// walk and now), dropping copies not read lately past the bound.
     pub fn keep(&self, hash: u64, half: Half, relationship: &str, name: &str, set: Arc<HotSet>) {
         let limit = self.limit();
         let mut g = self.lock();
         let need = set.bytes();
-        while g.bytes + need > limit {
-            let Some((&old, _)) = g.copies.iter().min_by_key(|(_, e)| e.used) else {
-                break;
-            };
-            if let Some(e) = g.copies.remove(&old) {
-                g.bytes -= e.set.bytes();
-            }
-        }
+        while g.bytes + need > limit && g.evict_one() {}
         if g.bytes + need > limit {
             return;
         }
-        g.tick += 1;
-        let used = g.tick;
+        g.seq += 1;
+        let seq = g.seq;
         g.bytes += need;
         g.seen.remove(&hash);
         let e = Entry {
@@ -185,10 +204,17 @@ impl Hot {
             relationship: relationship.into(),
             name: name.into(),
             set,
-            used,
+            used: false,
+            seq,
         };
         if let Some(old) = g.copies.insert(hash, e) {
             g.bytes -= old.set.bytes();
+        }
+        g.clock.push_back((hash, seq));
+        // Entries of copies dropped by writes, past twice the copies kept.
+        if g.clock.len() > 2 * g.copies.len() + 1024 {
+            let Inner { clock, copies, .. } = &mut *g;
+            clock.retain(|(h, q)| copies.get(h).is_some_and(|e| e.seq == *q));
         }
         self.any.store(true, Ordering::Relaxed);
     }
@@ -210,8 +236,8 @@ impl Hot {
         }
     }
 
-    /// A write whose keys are not known one by one (a bulk round, a tag
-    /// naming long strings): every copy and count goes.
+    /// A write whose keys are not known one by one (a bulk round): every
+    /// copy and count goes.
     pub fn forget_all(&self) {
         if !self.active() {
             return;
@@ -246,5 +272,12 @@ impl super::Store {
     /// Copies of hot keys' FIND results kept now, and the bytes they hold.
     pub fn hot_usage(&self) -> (usize, usize) {
         self.hot.usage()
+    }
+
+    /// Sets the fewest results a FIND must return to count towards a copy
+    /// (256), so tests reach copies with small keys.
+    #[cfg(feature = "test-hooks")]
+    pub fn set_hot_min_results(&self, n: u64) {
+        self.hot.min_results.store(n, Ordering::Relaxed);
     }
 }

@@ -18,6 +18,18 @@ use tagstore::{CreateOptions, Durability, MaintainOptions, Store, Tag};
 /// natural best mode of a B-tree or an LSM for bulk work.
 pub static LOAD_TXN: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+/// Memory for tagstore's hot copies (`--hot-bytes`); `usize::MAX`: the store's default.
+pub static HOT_BYTES: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Applies `--hot-bytes` to a store just made or opened.
+fn hot_bytes(store: Store) -> Store {
+    let b = HOT_BYTES.load(Ordering::Relaxed);
+    if b != usize::MAX {
+        store.set_hot_bytes(b);
+    }
+    store
+}
+
 /// `tags` cut into the peers' write transactions (see [`LOAD_TXN`]).
 fn txns(tags: &[Tag]) -> std::slice::Chunks<'_, Tag> {
     tags.chunks(LOAD_TXN.load(Ordering::Relaxed).max(1))
@@ -200,7 +212,7 @@ pub const TAGSTORE_DURABLE: &str = "durable rows: store in Durability::OnSync, s
 impl Tagstore {
     pub fn create(dir: &Path, opts: &CreateOptions) -> Result<Self> {
         let path = dir.join("bench.tags");
-        let store = Store::create(&path, opts)?;
+        let store = hot_bytes(Store::create(&path, opts)?);
         Ok(Tagstore {
             store: Arc::new(store),
             dir: dir.to_path_buf(),
@@ -305,7 +317,7 @@ impl Engine for Tagstore {
         let Tagstore { store, dir, path } = *self;
         Self::unwrap_store(store)?.close()?;
         Store::maintain(&path, &MaintainOptions::default(), |_, _| {})?;
-        let store = Store::open(&path)?;
+        let store = hot_bytes(Store::open(&path)?);
         Ok(Box::new(Tagstore {
             store: Arc::new(store),
             dir,

@@ -64,6 +64,11 @@ pub struct Args {
     /// default it is pre-sized for the load (`--expected-tags`).
     #[arg(long)]
     no_size_hint: bool,
+    /// Memory for tagstore's hot copies of FIND results
+    /// (`Store::set_hot_bytes`; 0 turns them off); the store's default
+    /// (32 MiB) when not given.
+    #[arg(long)]
+    hot_bytes: Option<usize>,
     /// Directory for the engines' files (a fresh temporary directory inside it).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -457,12 +462,26 @@ fn compare(args: &Args) -> Result<()> {
         "mix_relationships": ds.mix_rels,
         "mean_tag_bytes": mean_len,
         "tagstore": format!(
-            "default geometry for {n} expected tags: {} primary buckets per half x {} blocks, \
-             {}-block secondary buckets; seed fixed; insert_batch for the load, delete_batch for \
-             the bulk delete; Durability::None, sync() = msync+fsync; {}",
-            geo.primary_buckets_per_half,
-            geo.blocks_per_primary,
-            geo.blocks_per_secondary,
+            "{}; seed fixed; insert_batch for the load, delete_batch for \
+             the bulk delete; Durability::None, sync() = msync+fsync; hot copies of FIND \
+             results: {}; {}",
+            if args.no_size_hint {
+                format!(
+                    "no size hint (grows from one bucket per half; {}-block buckets)",
+                    geo.blocks_per_primary
+                )
+            } else {
+                format!(
+                    "default geometry for {n} expected tags: {} primary buckets per half x {} \
+                     blocks, {}-block secondary buckets",
+                    geo.primary_buckets_per_half, geo.blocks_per_primary, geo.blocks_per_secondary
+                )
+            },
+            match args.hot_bytes {
+                None => "the default 32 MiB".to_string(),
+                Some(0) => "off".to_string(),
+                Some(b) => format!("{b} bytes"),
+            },
             engines::TAGSTORE_DURABLE
         ),
         "object_finds": args.object_finds,
@@ -583,6 +602,9 @@ fn compare(args: &Args) -> Result<()> {
     // sync each.
     if let Some(n) = args.peer_txn {
         engines::LOAD_TXN.store(n.max(1), std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some(b) = args.hot_bytes {
+        engines::HOT_BYTES.store(b, std::sync::atomic::Ordering::Relaxed);
     }
     let bulk_round = args.bulk_round.unwrap_or(usize::MAX).max(1);
     let mut b = Bench {

@@ -89,6 +89,12 @@ pub struct ServeArgs {
     /// made half-only is always served so.
     #[arg(long)]
     half_only: bool,
+    /// Memory for copies of hot sets' members, in bytes: a set of 256 or
+    /// more members read whole (SMEMBERS and the other commands that read
+    /// a set whole) three times since it was last written is answered from
+    /// a packed copy until its next write (DESIGN.md §5.3.2); 0 keeps none.
+    #[arg(long, default_value_t = 32 << 20)]
+    hot_bytes: u64,
 }
 
 /// Most arguments in one request (the command name included).
@@ -118,6 +124,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
         );
     }
     store.set_counting(a.counts);
+    store.set_hot_bytes(usize::try_from(a.hot_bytes).unwrap_or(usize::MAX));
     // The loop commits once per turn, before any reply that acknowledges a
     // write of that turn: `immediate` and `on-sync` both run the store in
     // `OnSync` (DESIGN.md §15.3).
