@@ -48,7 +48,7 @@ pub mod tsv;
 
 pub use admin::{maintain_temp_path, CheckReport, Growth, MaintainOptions, MaintainReport, Stats};
 pub use counts::{counts_path, CloudEntry, Increment, IncrementId, MergeOutcome, AUTO_MERGE_KEYS};
-pub use engine::{BatchOutcome, CreateOptions, Find, KeyPage, OpenOptions, Store, Tags};
+pub use engine::{BatchOutcome, CreateOptions, Find, HotUsage, KeyPage, OpenOptions, Store, Tags};
 pub use error::{Error, Result};
 pub use format::long::MAX_STRING_BYTES;
 pub use format::tag::{MAX_TAG_BYTES, SLOT_SIZE};

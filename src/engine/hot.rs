@@ -13,7 +13,7 @@ use crate::format::Half;
 use foldhash::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// FINDs returning fewer results are not copied: a FIND of a few hundred
 /// results costs a few µs, and copies of the many keys that size churned
@@ -26,6 +26,8 @@ const SEEN_BEFORE_COPY: u32 = 2;
 const MAX_SEEN: usize = 65_536;
 /// Default bound on the bytes of all copies.
 pub(super) const DEFAULT_BYTES: usize = 32 << 20;
+/// Words of [`Hot::marks`] (4,096 bits).
+const MARK_WORDS: usize = 64;
 /// A `seen` count that never copies: the key's results passed the bound.
 const TOO_BIG: u32 = u32::MAX;
 
@@ -59,7 +61,7 @@ struct Entry {
     name: Box<str>,
     set: Arc<HotSet>,
     /// Read since the clock hand last passed it.
-    used: bool,
+    used: AtomicBool,
     /// Which keeping of the key this is (the clock's entries name it).
     seq: u64,
 }
@@ -86,7 +88,7 @@ impl Inner {
             let Some(e) = self.copies.get_mut(&hash).filter(|e| e.seq == seq) else {
                 continue;
             };
-            if std::mem::take(&mut e.used) {
+            if e.used.swap(false, Ordering::Relaxed) {
                 self.clock.push_back((hash, seq));
                 continue;
             }
@@ -111,39 +113,66 @@ pub(crate) enum Look {
 
 /// The copies of hot keys' results and what decides them.
 pub(crate) struct Hot {
-    inner: Mutex<Inner>,
-    /// Some copy or count exists (a FIND or write of a cold store skips the lock).
-    any: AtomicBool,
+    inner: RwLock<Inner>,
+    /// One bit per 64 key hashes' worth (the hash's low 12 bits): set
+    /// when a key of such a hash is counted or copied, cleared only when
+    /// every copy goes. A FIND or write of a key whose bit is clear has no
+    /// copy or count to look at, and takes no lock.
+    marks: [AtomicU64; MARK_WORDS],
     /// Bound on the bytes of all copies; 0 keeps none.
     limit: AtomicUsize,
     /// Fewest results a FIND must return to count ([`MIN_RESULTS`]).
     min_results: AtomicU64,
+    /// FINDs answered from a copy since the store was opened.
+    reads: AtomicU64,
 }
 
 impl Hot {
     /// No copies, bounded by `limit` bytes.
     pub fn new(limit: usize) -> Self {
         Hot {
-            inner: Mutex::new(Inner::default()),
-            any: AtomicBool::new(false),
+            inner: RwLock::new(Inner::default()),
+            marks: std::array::from_fn(|_| AtomicU64::new(0)),
             limit: AtomicUsize::new(limit),
             min_results: AtomicU64::new(MIN_RESULTS),
+            reads: AtomicU64::new(0),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The word and bit of a key hash's mark.
+    fn mark_of(hash: u64) -> (usize, u64) {
+        let b = (hash >> 20) as usize % (64 * MARK_WORDS);
+        (b / 64, 1 << (b % 64))
+    }
+
+    fn marked(&self, hash: u64) -> bool {
+        let (w, bit) = Self::mark_of(hash);
+        self.marks[w].load(Ordering::Relaxed) & bit != 0
+    }
+
+    fn mark(&self, hash: u64) {
+        let (w, bit) = Self::mark_of(hash);
+        self.marks[w].fetch_or(bit, Ordering::Relaxed);
     }
 
     /// Whether a FIND of the key reads its copy, makes one, or walks.
     pub fn look(&self, hash: u64, half: Half, relationship: &str, name: &str) -> Look {
-        if !self.any.load(Ordering::Relaxed) {
+        if !self.marked(hash) {
             return Look::Walk;
         }
-        let mut g = self.lock();
-        if let Some(e) = g.copies.get_mut(&hash) {
+        let g = self.read();
+        if let Some(e) = g.copies.get(&hash) {
             if e.half == half && &*e.relationship == relationship && &*e.name == name {
-                e.used = true;
+                e.used.store(true, Ordering::Relaxed);
+                self.reads.fetch_add(1, Ordering::Relaxed);
                 return Look::Copy(e.set.clone());
             }
             // Another key of the same hash holds the place.
@@ -168,7 +197,7 @@ impl Hot {
         if *n != TOO_BIG {
             *n = (*n + 1).min(TOO_BIG - 1);
         }
-        self.any.store(true, Ordering::Relaxed);
+        self.mark(hash);
     }
 
     /// Most bytes of results one copy may hold.
@@ -191,6 +220,12 @@ impl Hot {
         let limit = self.limit();
         let mut g = self.lock();
         let need = set.bytes();
+        if need > self.max_copy() {
+            // Past a quarter of the bound (a walk stops there only between
+            // steps): not kept, and no other copy dropped for it.
+            g.seen.insert(hash, TOO_BIG);
+            return;
+        }
         while g.bytes + need > limit && g.evict_one() {}
         if g.bytes + need > limit {
             return;
@@ -204,29 +239,25 @@ impl Hot {
             relationship: relationship.into(),
             name: name.into(),
             set,
-            used: false,
+            used: AtomicBool::new(false),
             seq,
         };
         if let Some(old) = g.copies.insert(hash, e) {
             g.bytes -= old.set.bytes();
         }
+        // (Its mark was set when it was counted: no mark is cleared but
+        // with every copy and count.)
         g.clock.push_back((hash, seq));
         // Entries of copies dropped by writes, past twice the copies kept.
         if g.clock.len() > 2 * g.copies.len() + 1024 {
             let Inner { clock, copies, .. } = &mut *g;
             clock.retain(|(h, q)| copies.get(h).is_some_and(|e| e.seq == *q));
         }
-        self.any.store(true, Ordering::Relaxed);
-    }
-
-    /// True when some copy or count is kept.
-    pub fn active(&self) -> bool {
-        self.any.load(Ordering::Relaxed)
     }
 
     /// A write to the key of `hash` (under the write lock): its copy and count go.
     pub fn forget(&self, hash: u64) {
-        if !self.active() {
+        if !self.marked(hash) {
             return;
         }
         let mut g = self.lock();
@@ -239,27 +270,44 @@ impl Hot {
     /// A write whose keys are not known one by one (a bulk round): every
     /// copy and count goes.
     pub fn forget_all(&self) {
-        if !self.active() {
+        if self.marks.iter().all(|w| w.load(Ordering::Relaxed) == 0) {
             return;
         }
         let mut g = self.lock();
         *g = Inner::default();
-        self.any.store(false, Ordering::Relaxed);
+        for w in &self.marks {
+            w.store(0, Ordering::Relaxed);
+        }
     }
 
     /// Sets the bound on the bytes of all copies (0 keeps none), dropping
     /// every copy kept.
     pub fn set_limit(&self, limit: usize) {
         self.limit.store(limit, Ordering::Relaxed);
-        self.any.store(true, Ordering::Relaxed);
+        self.mark(0);
         self.forget_all();
     }
 
-    /// Copies kept and their bytes.
-    pub fn usage(&self) -> (usize, usize) {
-        let g = self.lock();
-        (g.copies.len(), g.bytes)
+    /// Copies kept, their bytes, and the FINDs they answered.
+    pub fn usage(&self) -> HotUsage {
+        let g = self.read();
+        HotUsage {
+            copies: g.copies.len(),
+            bytes: g.bytes,
+            reads: self.reads.load(Ordering::Relaxed),
+        }
     }
+}
+
+/// What a store's hot copies of FIND results hold ([`super::Store::hot_usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HotUsage {
+    /// Keys whose results are copied now.
+    pub copies: usize,
+    /// Bytes of memory the copies hold.
+    pub bytes: usize,
+    /// FINDs answered from a copy since the store was opened.
+    pub reads: u64,
 }
 
 impl super::Store {
@@ -269,8 +317,9 @@ impl super::Store {
         self.hot.set_limit(bytes);
     }
 
-    /// Copies of hot keys' FIND results kept now, and the bytes they hold.
-    pub fn hot_usage(&self) -> (usize, usize) {
+    /// What the hot copies of FIND results hold now, and how many FINDs
+    /// they answered.
+    pub fn hot_usage(&self) -> HotUsage {
         self.hot.usage()
     }
 

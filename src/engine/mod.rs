@@ -21,6 +21,7 @@ mod write;
 
 pub use find::{Find, Tags};
 pub use grow::SPLIT_FILL;
+pub use hot::HotUsage;
 pub use key_pages::KeyPage;
 pub(crate) use ops::BULK_ROUND_MAX;
 pub use options::{BatchOutcome, CreateOptions, OpenOptions};

@@ -52,7 +52,8 @@ impl State {
     }
 
     /// Drops the hot copies (`hot.rs`) of the keys in `places`, which a
-    /// write of a tag changes. (A key stored in another form too, by
+    /// write of a tag is about to change (called once the write is known
+    /// to change something, before any slot is written). (A key stored in another form too, by
     /// reference in a tag longer than a slot, never has a copy: its FIND
     /// finds the strings file holding the string before any slot names it.)
     fn forget_hot(&self, places: &[Place]) {
@@ -254,7 +255,6 @@ impl State {
     /// it is absent. False if it was already present.
     pub fn insert_slot(&mut self, slot: &SlotBytes, check_dup: bool) -> Result<bool> {
         let [po, ps] = self.places(slot)?;
-        self.forget_hot(&[po, ps]);
         let (go, gs) = (po.bucket, ps.bucket);
         self.index.prefetch_buckets(&self.pager, &[go, gs]);
         let (ko, ks) = (po.fp(), ps.fp());
@@ -274,6 +274,7 @@ impl State {
         {
             return Ok(false);
         }
+        self.forget_hot(&[po, ps]);
         // The tag goes in: first split buckets if the store has outgrown
         // them, then place it anew.
         if self.grow()? {
@@ -344,7 +345,6 @@ impl State {
     /// that half was already stored.
     pub fn insert_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
         let p = self.place_of(slot, half)?;
-        self.forget_hot(&[p]);
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         if self
             .index
@@ -353,6 +353,7 @@ impl State {
         {
             return Ok(false);
         }
+        self.forget_hot(&[p]);
         if self.grow()? {
             return self.insert_half_slot(slot, half);
         }
@@ -391,11 +392,11 @@ impl State {
     /// that half was not stored.
     pub fn delete_half_slot(&mut self, slot: &SlotBytes, half: Half) -> Result<bool> {
         let p = self.place_of(slot, half)?;
-        self.forget_hot(&[p]);
         let th = tag_hash(self.index.seed(), used_prefix(slot));
         let Some(f) = self.index.locate(&self.pager, p.bucket, p.fp(), th, slot)? else {
             return Ok(false);
         };
+        self.forget_hot(&[p]);
         let (object_slot, subject_slot) = match half {
             Half::Object => (f.addr, SlotAddr::NONE),
             Half::Subject => (SlotAddr::NONE, f.addr),
@@ -418,7 +419,6 @@ impl State {
     /// Deletes an encoded tag from both halves; false if it was absent.
     pub fn delete_slot(&mut self, slot: &SlotBytes) -> Result<bool> {
         let [po, ps] = self.places(slot)?;
-        self.forget_hot(&[po, ps]);
         let (go, gs) = (po.bucket, ps.bucket);
         self.index.prefetch_buckets(&self.pager, &[go, gs]);
         let th = tag_hash(self.index.seed(), used_prefix(slot));
@@ -427,6 +427,7 @@ impl State {
         if fo.is_none() && fs.is_none() {
             return Ok(false);
         }
+        self.forget_hot(&[po, ps]);
         let addr = |f: &Option<Found>| f.map_or(SlotAddr::NONE, |f| f.addr);
         let intent = Intent {
             op: IntentOp::Delete,
