@@ -64,6 +64,7 @@ pub mod testing {
     pub use crate::admin::{planned_geometry, set_maintain_keep_max};
     pub use crate::counts::{hold_counts_folds, hold_counts_merges};
     pub use crate::format::hash::{bucket_of, key_fp, key_hash, place, tag_fp, Place};
+    pub use crate::format::long::ref_of;
     pub use crate::format::tag::{decode, encode};
     pub use crate::format::{BlockMut, BlockRef, BLOCK_SIZE, KIND_PRIMARY, SLOTS_PER_BLOCK};
     pub use crate::pager::{set_memory_redo_max, SyncHook, SyncPoint};

@@ -705,3 +705,47 @@ fn a_format_1_store_refuses_long_tags_and_stays_readable() {
     store.close().expect("close");
     assert_eq!(version_of(&path), 3);
 }
+
+/// Regression (a review, 2026-11-29): strings shaped as references (U+FFFF
+/// and 21 digits) were searched as they are, and those bytes in a slot
+/// are another string's reference: a FIND by the reference of a stored
+/// long string returned that string's tags, and a DELETE of the tag made
+/// of another tag's references deleted that other tag.
+#[test]
+fn strings_shaped_as_references_name_only_themselves() {
+    use tagstore::testing::ref_of;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store =
+        Store::create(dir.path().join("refs.tags"), &CreateOptions::default()).expect("create");
+    let (o, s) = ("O".repeat(100), "S".repeat(100));
+    let real = Tag::new(o.clone(), "r", s.clone());
+    assert!(store.insert(&real).expect("insert"));
+    let (ro, rs) = (ref_of(&o), ref_of(&s));
+    assert_eq!(rs.len(), 24);
+    let literal = Tag::new(ro.clone(), "r", rs.clone());
+    // Nothing is stored under the references as strings.
+    assert_eq!(store.for_each_object(&rs, "r", |_| {}).expect("find"), 0);
+    assert_eq!(store.for_each_subject(&ro, "r", |_| {}).expect("find"), 0);
+    assert_eq!(store.find_objects(&rs, "r").count(), 0);
+    assert!(!store.contains(&literal).expect("contains"));
+    assert!(
+        !store.delete(&literal).expect("delete"),
+        "deleted another tag"
+    );
+    assert!(store.contains(&real).expect("contains"));
+    // Stored, the literal tag is a tag of its own, and each FINDs as itself.
+    assert!(store.insert(&literal).expect("insert"));
+    let objects = |name: &str| {
+        let mut v = Vec::new();
+        store
+            .for_each_object(name, "r", |x| v.push(x.to_owned()))
+            .expect("find");
+        v
+    };
+    assert_eq!(objects(&rs), vec![ro.clone()]);
+    assert_eq!(objects(&s), vec![o.clone()]);
+    assert!(store.delete(&literal).expect("delete"));
+    assert_eq!(objects(&s), vec![o]);
+    assert_eq!(objects(&rs), Vec::<String>::new());
+    assert!(store.contains(&real).expect("contains"));
+}

@@ -10,7 +10,6 @@
 //! halves agree again by writing every missing half ([`State::redo_bulk`]).
 //! A batch interrupted by a crash leaves a subset of its tags, each whole.
 
-use super::ops::legacy_slot;
 use super::state::State;
 use crate::counts::Pending;
 use crate::error::{Error, Result};
@@ -115,7 +114,8 @@ impl State {
             }
             // A delete removes a tag stored as a build before format 3
             // stored it (a string starting with U+FFFF kept as it is).
-            let old = !insert && self.holds_legacy(legacy_slot(whole).as_ref(), Half::Object)?;
+            let old =
+                !insert && self.holds_legacy(self.legacy_slot_of(whole).as_ref(), Half::Object)?;
             let tag: &Tag = if old { whole } else { &stored };
             let slot = encode(tag)?;
             let name = |h| match h {

@@ -74,7 +74,20 @@ impl Search {
         // overlaps that miss).
         let mut s = Self::at(st, half, relationship, name, Vec::new());
         s.rest = st.other_key_forms(relationship, name);
-        s.one_form = s.rest.is_empty() && !s.walk.done();
+        let shaped_as_ref = st.is_held_ref(relationship) || st.is_held_ref(name);
+        if shaped_as_ref {
+            // The reference of a string the store holds: those bytes in a
+            // slot stand for that string, not for this key, which is
+            // stored by its own reference (a review, 2026-11-29: such a
+            // FIND returned that string's tags). A store written before
+            // format 3 holds strings of this shape as they are, but never
+            // together with the string they would be the reference of.
+            s.walk = ChainWalk::new(0, 0, None);
+            if !s.next_form(st) {
+                s.finish();
+            }
+        }
+        s.one_form = !shaped_as_ref && s.rest.is_empty() && !s.walk.done();
         s
     }
 

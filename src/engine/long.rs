@@ -4,7 +4,7 @@
 
 use super::state::State;
 use crate::error::{Error, Result};
-use crate::format::long::{forms, referenced, REF_LEN};
+use crate::format::long::{forms, is_ref, referenced, REF_LEN};
 use crate::format::tag::SlotView;
 use crate::format::{Half, SlotBytes, Tag, FLAG_STRINGS};
 use crate::pager::SyncPoint;
@@ -47,11 +47,31 @@ impl State {
         Ok(())
     }
 
+    /// True when `s` is the reference of a string this store holds: its
+    /// bytes in a slot stand for that string, never for `s` itself (a
+    /// string of a reference's shape is stored by its own reference).
+    pub(super) fn is_held_ref(&self, s: &str) -> bool {
+        is_ref(s.as_bytes()) && self.strings.get(s.as_bytes()).is_some()
+    }
+
+    /// The slot a build before format 3 gave `tag` ([`super::ops::legacy_slot`]),
+    /// unless a string of the tag is the reference of a string the store
+    /// holds: those bytes in a slot are another tag (a review, 2026-11-29:
+    /// a DELETE of the tag made of another tag's references deleted that
+    /// other tag).
+    pub(super) fn legacy_slot_of(&self, tag: &Tag) -> Option<SlotBytes> {
+        let strings = [&tag.object, &tag.relationship, &tag.subject];
+        if strings.iter().any(|s| self.is_held_ref(s)) {
+            return None;
+        }
+        super::ops::legacy_slot(tag)
+    }
+
     /// Readies an INSERT of `tag` (stored as `stored`) into `half`: false
     /// when the tag is already stored as a build before format 3 stored
     /// it (nothing to insert), else true with its long strings held.
     pub(super) fn admits(&mut self, tag: &Tag, stored: &Tag, half: Half) -> Result<bool> {
-        if self.holds_legacy(super::ops::legacy_slot(tag).as_ref(), half)? {
+        if self.holds_legacy(self.legacy_slot_of(tag).as_ref(), half)? {
             return Ok(false);
         }
         self.hold_strings(tag, stored)?;

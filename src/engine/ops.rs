@@ -49,8 +49,8 @@ impl Store {
     /// Deletes a tag; with `Some(Durability::Immediate)` it is durable on
     /// return whatever the store's mode.
     pub fn delete_with(&self, tag: &Tag, durability: Option<Durability>) -> Result<bool> {
-        let slots = lookup_slots(tag)?;
         let mut st = self.write()?;
+        let slots = lookup_slots(&st, tag)?;
         let (changed, counted) = delete_first(&mut st, &slots)?;
         self.finish_one(st, tag, counted.then_some(-1), durability)?;
         Ok(changed)
@@ -98,8 +98,8 @@ impl Store {
     /// Deletes one half of a tag in a half-only store; `Ok(false)` if that
     /// half was not stored.
     pub fn delete_half(&self, half: Half, tag: &Tag) -> Result<bool> {
-        let slots = lookup_slots(tag)?;
         let mut st = self.half_only_write("delete_half")?;
+        let slots = lookup_slots(&st, tag)?;
         let mut changed = false;
         for slot in slots.iter().flatten() {
             changed = st.delete_half_slot(slot, half)?;
@@ -138,8 +138,8 @@ impl Store {
 
     /// True if the tag is stored (in a half-only store: in either half).
     pub fn contains(&self, tag: &Tag) -> Result<bool> {
-        let slots = lookup_slots(tag)?;
         let st = self.read();
+        let slots = lookup_slots(&st, tag)?;
         for slot in slots.iter().flatten() {
             if st.contains(slot, Half::Object)?
                 || (st.half_only() && st.contains(slot, Half::Subject)?)
@@ -153,8 +153,8 @@ impl Store {
     /// True if half `half` of the tag is stored (in a store that is not
     /// half-only, the same as [`Store::contains`]).
     pub fn contains_half(&self, half: Half, tag: &Tag) -> Result<bool> {
-        let slots = lookup_slots(tag)?;
         let st = self.read();
+        let slots = lookup_slots(&st, tag)?;
         for slot in slots.iter().flatten() {
             if st.contains(slot, half)? {
                 return Ok(true);
@@ -265,7 +265,7 @@ impl Store {
                         st.insert_whole(&encode(&stored)?, true)
                     })
                 } else {
-                    lookup_slots(t).and_then(|slots| delete_first(&mut st, &slots))
+                    lookup_slots(&st, t).and_then(|slots| delete_first(&mut st, &slots))
                 };
                 match r {
                     Ok((true, counted)) => {
@@ -446,11 +446,11 @@ impl Store {
 }
 
 /// The slots a stored `tag` may have, for DELETE and `contains`: as
-/// stored by this build (none for a tag no store can hold), and its
-/// [`legacy_slot`].
-fn lookup_slots(tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
+/// stored by this build (none for a tag no store can hold), and as a
+/// build before format 3 stored it ([`State::legacy_slot_of`]).
+fn lookup_slots(st: &State, tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
     match stored_slot(tag) {
-        Ok(s) => Ok([Some(s), legacy_slot(tag)]),
+        Ok(s) => Ok([Some(s), st.legacy_slot_of(tag)]),
         Err(Error::TagTooLarge { .. }) => Ok([None, None]),
         Err(e) => Err(e),
     }
