@@ -114,9 +114,9 @@ pub(crate) enum Look {
 /// The copies of hot keys' results and what decides them.
 pub(crate) struct Hot {
     inner: RwLock<Inner>,
-    /// One bit per 64 key hashes' worth (the hash's low 12 bits): set
-    /// when a key of such a hash is counted or copied, cleared only when
-    /// every copy goes. A FIND or write of a key whose bit is clear has no
+    /// 4,096 bits, one chosen by bits 20–31 of a key's hash (its low 16
+    /// are the key fingerprint): set when a key of that bit is counted,
+    /// cleared only when every copy and count goes. A FIND or write of a key whose bit is clear has no
     /// copy or count to look at, and takes no lock.
     marks: [AtomicU64; MARK_WORDS],
     /// Bound on the bytes of all copies; 0 keeps none.
