@@ -4,8 +4,8 @@
 
 use super::state::State;
 use crate::error::{Error, Result};
-use crate::format::long::{forms, is_ref, referenced, REF_LEN};
-use crate::format::tag::SlotView;
+use crate::format::long::{forms, is_ref, marked, referenced, REF_LEN};
+use crate::format::tag::{encode, SlotView};
 use crate::format::{Half, SlotBytes, Tag, FLAG_STRINGS};
 use crate::pager::SyncPoint;
 
@@ -54,17 +54,19 @@ impl State {
         is_ref(s.as_bytes()) && self.strings.get(s.as_bytes()).is_some()
     }
 
-    /// The slot a build before format 3 gave `tag` ([`super::ops::legacy_slot`]),
-    /// unless a string of the tag is the reference of a string the store
-    /// holds: those bytes in a slot are another tag (a review, 2026-11-29:
-    /// a DELETE of the tag made of another tag's references deleted that
+    /// The slot a build before format 3 gave `tag`, where it differs from
+    /// today's: a tag with a string starting with U+FFFF that fits a slot
+    /// as it is (such a string is now stored by reference). None also when
+    /// a string of the tag is the reference of a string the store holds:
+    /// those bytes in a slot are another tag (a review, 2026-11-29: a
+    /// DELETE of the tag made of another tag's references deleted that
     /// other tag).
     pub(super) fn legacy_slot_of(&self, tag: &Tag) -> Option<SlotBytes> {
         let strings = [&tag.object, &tag.relationship, &tag.subject];
-        if strings.iter().any(|s| self.is_held_ref(s)) {
+        if !marked(tag) || strings.iter().any(|s| self.is_held_ref(s)) {
             return None;
         }
-        super::ops::legacy_slot(tag)
+        encode(tag).ok()
     }
 
     /// Readies an INSERT of `tag` (stored as `stored`) into `half`: false

@@ -3,7 +3,7 @@
 
 use super::{BatchOutcome, State, Store};
 use crate::error::{Error, Result};
-use crate::format::long::{marked, shrink, stored_slot};
+use crate::format::long::{shrink, stored_slot};
 use crate::format::tag::encode;
 use crate::format::{Geometry, Half, SlotBytes, Tag};
 use crate::pager::Durability;
@@ -453,17 +453,6 @@ fn lookup_slots(st: &State, tag: &Tag) -> Result<[Option<SlotBytes>; 2]> {
         Ok(s) => Ok([Some(s), st.legacy_slot_of(tag)]),
         Err(Error::TagTooLarge { .. }) => Ok([None, None]),
         Err(e) => Err(e),
-    }
-}
-
-/// The slot a build before format 3 gave `tag`, where it differs from
-/// today's: a tag with a string starting with U+FFFF that fits a slot as
-/// it is (such a string is now stored by reference).
-pub(super) fn legacy_slot(tag: &Tag) -> Option<SlotBytes> {
-    if marked(tag) {
-        encode(tag).ok()
-    } else {
-        None
     }
 }
 
