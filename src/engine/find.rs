@@ -128,6 +128,30 @@ impl Search {
         self.rest.clear();
     }
 
+    /// The key's results from a hot copy (`hot.rs`): the copy kept, or
+    /// one made now by walking the rest of the search under `st` (a copy
+    /// past its bound leaves the search not done, the rest to walk).
+    /// `None`: the search walks the blocks as any FIND's.
+    fn hot(
+        &mut self,
+        st: &State,
+        key: (Half, &str, &str),
+        text: &mut Vec<u8>,
+        ends: &mut Vec<usize>,
+    ) -> Result<Option<Arc<HotSet>>> {
+        if !self.one_form {
+            return Ok(None);
+        }
+        match st.hot.look(self.hash, key.0, key.1, key.2) {
+            Look::Copy(set) => {
+                self.finish();
+                Ok(Some(set))
+            }
+            Look::Make => copy_walk(st, self, key, text, ends).map(Some),
+            Look::Walk => Ok(None),
+        }
+    }
+
     /// True once every form of the key is searched.
     fn done(&self) -> bool {
         self.walk.done() && self.rest.is_empty()
@@ -355,27 +379,15 @@ impl<'s> Find<'s> {
     /// FIND of a few tags then takes the lock once, as the visitor does).
     pub(crate) fn new(store: &'s Store, half: Half, relationship: &str, name: &str) -> Self {
         let (mut bytes, mut ends) = take_bufs();
-        bytes.clear();
-        ends.clear();
         let st = store.read();
         let mut search = Search::new(&st, half, relationship, name);
-        let mut hot = None;
-        let mut first_error = None;
-        if search.one_form {
-            let look = st.hot.look(search.hash, half, relationship, name);
-            if let Look::Copy(set) = look {
-                search.finish();
-                hot = Some(set);
-            } else if let Look::Make = look {
-                let key = (half, relationship, name);
-                match copy_walk(&st, &mut search, key, &mut bytes, &mut ends) {
-                    Ok(set) => hot = Some(set),
-                    Err(e) => first_error = Some(e),
-                }
-                bytes.clear();
-                ends.clear();
-            }
-        }
+        let key = (half, relationship, name);
+        let (hot, first_error) = match search.hot(&st, key, &mut bytes, &mut ends) {
+            Ok(hot) => (hot, None),
+            Err(e) => (None, Some(e)),
+        };
+        bytes.clear();
+        ends.clear();
         let counted = (search.one_form && hot.is_none()).then_some(0);
         let mut f = Find {
             store,
@@ -638,40 +650,30 @@ impl Store {
         // FINDs take one step): one lock per FIND, not two.
         let st = self.read();
         let mut s = Search::new(&st, half, relationship, name);
-        let look = match s.one_form {
-            true => st.hot.look(s.hash, half, relationship, name),
-            false => Look::Walk,
-        };
-        if let Look::Copy(set) = look {
-            drop(st);
-            return deliver(&set, &mut f);
-        }
         // Results of one step, concatenated, and where each ends. The
         // buffers are kept per thread (a nested FIND from `f` makes its own).
         let (mut text, mut ends) = take_bufs();
-        let copying = matches!(look, Look::Make);
-        let r = if copying {
-            let key = (half, relationship, name);
-            match copy_walk(&st, &mut s, key, &mut text, &mut ends) {
-                Ok(set) => {
-                    // Past the bound, the walk goes on as any FIND's.
-                    let reading = (!s.done()).then(|| Reading::new(self));
-                    drop(st);
-                    deliver(&set, &mut f).and_then(|n| {
-                        let more =
-                            self.visit_with(None, reading, &mut s, &mut text, &mut ends, &mut f);
-                        Ok(n + more?)
-                    })
-                }
-                Err(e) => Err(e),
+        let key = (half, relationship, name);
+        let r = match s.hot(&st, key, &mut text, &mut ends) {
+            Ok(Some(set)) => {
+                // A copy past its bound: the walk goes on as any FIND's.
+                let reading = (!s.done()).then(|| Reading::new(self));
+                drop(st);
+                deliver(&set, &mut f).and_then(|n| {
+                    let more = self.visit_with(None, reading, &mut s, &mut text, &mut ends, &mut f);
+                    Ok(n + more?)
+                })
             }
-        } else {
-            self.visit_with(Some(st), None, &mut s, &mut text, &mut ends, &mut f)
+            Ok(None) => {
+                let r = self.visit_with(Some(st), None, &mut s, &mut text, &mut ends, &mut f);
+                if let (Ok(n), true) = (&r, s.one_form) {
+                    self.hot.note(s.hash, *n);
+                }
+                r
+            }
+            Err(e) => Err(e),
         };
         give_bufs((text, ends));
-        if let (Ok(n), true, false) = (&r, s.one_form, copying) {
-            self.hot.note(s.hash, *n);
-        }
         r
     }
 
