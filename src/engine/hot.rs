@@ -81,6 +81,11 @@ struct Inner {
 }
 
 impl Inner {
+    /// Marks the key of `hash` too big to copy: no copy until it is written.
+    fn set_too_big(&mut self, hash: u64) {
+        self.seen.insert(hash, TOO_BIG);
+    }
+
     /// Drops one copy: the first in the clock not read since the hand last
     /// passed it (a copy read meanwhile goes round again). False if none is kept.
     fn evict_one(&mut self) -> bool {
@@ -211,7 +216,7 @@ impl Hot {
 
     /// The key's results passed [`Hot::max_copy`]: no copy until it is written.
     pub fn too_big(&self, hash: u64) {
-        self.lock().seen.insert(hash, TOO_BIG);
+        self.lock().set_too_big(hash);
     }
 
     /// Keeps a copy made under the read lock (no write came between its
@@ -223,7 +228,7 @@ impl Hot {
         if need > self.max_copy() {
             // Past a quarter of the bound (a walk stops there only between
             // steps): not kept, and no other copy dropped for it.
-            g.seen.insert(hash, TOO_BIG);
+            g.set_too_big(hash);
             return;
         }
         while g.bytes + need > limit && g.evict_one() {}
