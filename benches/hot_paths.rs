@@ -148,6 +148,19 @@ fn store(c: &mut Criterion) {
                 .count()
         })
     });
+    c.bench_function("FIND small key (5 results) by visitor, open store", |b| {
+        b.iter(|| {
+            let mut bytes = 0usize;
+            store
+                .for_each_subject(
+                    black_box(&probe.object),
+                    black_box(&probe.relationship),
+                    |s| bytes += s.len(),
+                )
+                .expect("find");
+            bytes
+        })
+    });
     let rare = Tag::new("photo/none/IMG_000000.jpg", "isa", "nothing");
     c.bench_function("FIND absent key, open store", |b| {
         b.iter(|| {
