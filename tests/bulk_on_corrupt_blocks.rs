@@ -129,3 +129,56 @@ fn the_cli_names_the_lines_in_flight_and_the_block() {
     assert!(err.contains("0 tags deleted before it"), "{err}");
     assert!(!err.contains("crash") && !err.contains("line 1:"), "{err}");
 }
+
+/// How many of `tags` a FIND by object returns (a key whose bucket holds
+/// the damaged block fails or misses; every other is found).
+fn found_by_object(s: &Store, tags: &[Tag]) -> usize {
+    tags.iter()
+        .filter(|t| {
+            s.find_subjects(&t.object, &t.relationship)
+                .any(|r| r.is_ok_and(|x| x == t.subject))
+        })
+        .count()
+}
+
+/// Regression (a review, 2026-11-30): a bulk batch refused on a damaged
+/// block it read had already counted tags in the in-memory tables, so its
+/// handle was given up and closed without its tables image; every later
+/// open then rebuilt the tables from the blocks, met the damaged block and
+/// refused the store, which had opened (and answered every FIND away from
+/// that block) before the batch. The batch now reads the blocks it would
+/// touch first and is refused before it changes anything.
+#[test]
+fn a_refused_batch_leaves_the_store_opening_as_before() {
+    for (case, insert) in [("delete", false), ("insert", true)] {
+        let dir = tempfile::tempdir().expect("test setup");
+        let (path, stored, b) = damaged_store(dir.path());
+        let before = {
+            let ro = Store::open_read_only(&path).expect("opens before the batch");
+            found_by_object(&ro, &stored)
+        };
+        assert!(before > stored.len() / 2, "{case}: {before} found before");
+        let s = Store::open(&path).expect("open for writing");
+        let (out, r) = match insert {
+            true => s.insert_batch(&batch("new")),
+            false => s.delete_batch(&stored),
+        };
+        match r {
+            Err(Error::Corrupt(m)) => assert!(m.contains(&format!("block {b}")), "{case}: {m}"),
+            r => panic!("{case}: the batch met block {b}: {r:?}"),
+        }
+        assert_eq!(out.changed, 0, "{case}: nothing changed");
+        // The handle that refused the batch is still usable, and closes
+        // cleanly.
+        assert_eq!(s.len(), N as u64, "{case}: tag count on the handle");
+        s.close().expect("close");
+        let ro = Store::open_read_only(&path)
+            .unwrap_or_else(|e| panic!("{case}: the store no longer opens: {e}"));
+        assert_eq!(ro.len(), N as u64, "{case}: tag count");
+        assert_eq!(
+            found_by_object(&ro, &stored),
+            before,
+            "{case}: FINDs by object"
+        );
+    }
+}

@@ -17,7 +17,7 @@ use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::long::shrink;
 use crate::format::tag::{decode, encode, subject_key, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
-use crate::index::Found;
+use crate::index::{ChainWalk, Found};
 use crate::pager::Durability;
 use crate::strings::Strings;
 
@@ -149,6 +149,9 @@ impl State {
         insert: bool,
         count: bool,
     ) -> Result<u64> {
+        if !plan.known_absent {
+            self.read_round_blocks(plan)?;
+        }
         // A round writes many keys: every hot copy goes (`hot.rs`).
         self.hot.forget_all();
         self.pager.write_intent(&bulk_intent())?;
@@ -184,6 +187,32 @@ impl State {
             false => self.tag_count.saturating_sub(n),
         };
         Ok(n)
+    }
+
+    /// Reads every block of the chains the round's tags fall in (both
+    /// halves), so that a block failing its checksum refuses the batch
+    /// before it changes anything: the handle stays usable and its close
+    /// keeps the store opening as before. (A round failing on such a block
+    /// midway left the in-memory tables counting tags it never wrote, so
+    /// the handle was given up, its close was not clean, and every later
+    /// open had to rebuild the tables from the blocks, met the damaged one
+    /// and refused the store: a review, 2026-11-30.) The round reads these
+    /// blocks next anyway; a chain read whole once since open is not read
+    /// again (the blocks linked to it later are this handle's writes).
+    fn read_round_blocks(&mut self, plan: &BulkPlan) -> Result<()> {
+        for t in &plan.tags {
+            for &g in &t.bucket {
+                if self.index.chain_read.get(g as usize) != Some(&false) {
+                    continue;
+                }
+                let mut walk = ChainWalk::new(g, g + 1, None);
+                while let Some(b) = walk.next_block(&self.index, &self.pager)? {
+                    self.pager.block(b)?;
+                }
+                self.index.chain_read[g as usize] = true;
+            }
+        }
+        Ok(())
     }
 
     /// [`State::bulk_passes`] with the counters fed on another thread: it

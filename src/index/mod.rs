@@ -28,6 +28,9 @@ pub struct Index {
     /// Per primary bucket: a secondary bucket of its chain such that all
     /// earlier ones are full (NONE: start at the head). Speeds INSERT on peaks.
     pub open_hint: Vec<u32>,
+    /// Per primary bucket: every block of its chain was read (its checksum
+    /// verified) since open, so a bulk round need not read it first again.
+    pub chain_read: Vec<bool>,
     geo: Layout,
     seed: u64,
 }
@@ -44,6 +47,7 @@ impl Index {
             tables,
             accel,
             open_hint: vec![NONE; geo.primary_buckets() as usize],
+            chain_read: vec![false; geo.primary_buckets() as usize],
             geo,
             seed,
         }
@@ -67,6 +71,7 @@ impl Index {
         self.tables.grow_primary(n);
         self.accel.grow(n);
         self.open_hint.resize(n as usize, NONE);
+        self.chain_read.resize(n as usize, false);
         self.geo = l;
     }
 
