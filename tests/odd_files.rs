@@ -251,3 +251,23 @@ fn cli_on_directory_exits_1() {
         assert!(err.contains("not a regular file:"), "{args:?}: {err}");
     }
 }
+
+/// Regression (a review, 2026-11-30): `tagstore create` on an existing FIFO
+/// hung (the refusal's hint opened the FIFO to read its first block), and
+/// `create` on a directory said "file already exists". The CLI refuses both
+/// at once as not a regular file (the library's `AlreadyExists` stays, see
+/// `create_over_fifo_refuses_without_hanging`), leaving them as they were.
+#[test]
+fn cli_create_over_a_fifo_or_directory_is_not_a_regular_file() {
+    let (dir, d) = dir_with_dir();
+    let (fdir, fifo) = dir_with_fifo("pipe.tags");
+    for p in [&fifo, &d] {
+        let (code, _out, err) = cli_with_timeout(&["create", &s(p)]);
+        assert_eq!(code, Some(1), "create {p:?}: {err}");
+        assert!(err.contains("not a regular file:"), "create {p:?}: {err}");
+    }
+    assert_fifo(&fifo, "the FIFO was replaced");
+    assert!(d.is_dir(), "the directory is left as it was");
+    assert_names(dir.path(), &["adir.tags"], "beside the directory");
+    assert_names(fdir.path(), &["pipe.tags"], "beside the FIFO");
+}

@@ -107,14 +107,25 @@ impl Superblock {
             return Ok(None);
         }
         let version = rd32(b, 8);
+        let c = crc32fast::hash(&b[..BLOCK_SIZE - 4]);
+        let crc_ok = c == rd32(b, BLOCK_SIZE - 4);
         if version > FORMAT_VERSION {
+            // Every format keeps the checksum in the block's last 4 bytes
+            // (DESIGN.md §3.1): a version past ours under a checksum that
+            // does not match is damage, not a newer store (one flipped bit
+            // read as "version 1027 is newer" sent a user to upgrade).
+            if !crc_ok {
+                return Err(Error::corrupt(format!(
+                    "superblock (block 0) checksum mismatch (it names format version {version}, \
+                     past this build's {FORMAT_VERSION}: a damaged superblock)"
+                )));
+            }
             return Err(Error::UnsupportedVersion {
                 found: version,
                 supported: FORMAT_VERSION,
             });
         }
-        let c = crc32fast::hash(&b[..BLOCK_SIZE - 4]);
-        if c != rd32(b, BLOCK_SIZE - 4) {
+        if !crc_ok {
             return Err(Error::corrupt("superblock (block 0) checksum mismatch"));
         }
         if version == 0 {
@@ -225,6 +236,10 @@ mod tests {
         assert!(matches!(Superblock::decode(&bad), Err(Error::Corrupt(_))));
         let mut newer = img.clone();
         newer[8..12].copy_from_slice(&4u32.to_le_bytes());
+        // A newer version under a checksum that does not match is damage.
+        assert!(matches!(Superblock::decode(&newer), Err(Error::Corrupt(_))));
+        let c = crc32fast::hash(&newer[..BLOCK_SIZE - 4]);
+        newer[BLOCK_SIZE - 4..].copy_from_slice(&c.to_le_bytes());
         assert!(matches!(
             Superblock::decode(&newer),
             Err(Error::UnsupportedVersion { found: 4, .. })

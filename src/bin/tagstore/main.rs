@@ -241,6 +241,11 @@ impl From<Error> for Fail {
                 "store is corrupt: {m}\nhint: `tagstore export STORE --salvage` prints every tag \
                  with a readable half (a read-only command: it changes nothing)"
             )),
+            // `create` over a directory, FIFO or device: named as such,
+            // not as a file that exists.
+            Error::AlreadyExists(p) if std::fs::metadata(&p).is_ok_and(|m| !m.is_file()) => {
+                Fail::Error(Error::NotARegularFile(p).to_string())
+            }
             Error::NotAStore(p) | Error::AlreadyExists(p) if zero_head(&p) => Fail::Error(format!(
                 "{}\nhint: its first block is all zeros, as a `tagstore create` killed before \
                  it finished leaves it: if that is what happened, delete the file and create \
@@ -257,6 +262,10 @@ impl From<Error> for Fail {
 fn zero_head(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut head = vec![0u8; 4096];
+    // Only a regular file is read: opening a FIFO would block.
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut head))
         .is_ok_and(|()| head.iter().all(|&b| b == 0))
