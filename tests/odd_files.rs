@@ -262,7 +262,7 @@ fn cli_create_over_a_fifo_or_directory_is_not_a_regular_file() {
     let (dir, d) = dir_with_dir();
     let (fdir, fifo) = dir_with_fifo("pipe.tags");
     for p in [&fifo, &d] {
-        let (code, _out, err) = cli_with_timeout(&["create", &s(p)]);
+        let (code, _out, err) = cli_with_timeout(&["create", s(p)]);
         assert_eq!(code, Some(1), "create {p:?}: {err}");
         assert!(err.contains("not a regular file:"), "create {p:?}: {err}");
     }
