@@ -241,3 +241,31 @@ proptest! {
         prop_assert!(report.ok(), "{:?}", report.faults);
     }
 }
+
+/// Regression (a review, 2026-11-30): a batch large enough for the bulk
+/// path (20,000 tags) with a refused tag at index 17,000 refused all of it
+/// and reported nothing applied, so `insert --file` named line 1 of the
+/// chunk; a small batch applies the tags before the refused one and stops
+/// there. Both paths now do the same: the first 17,000 go in, the refusal
+/// is returned, and the rest is not applied.
+#[test]
+fn a_large_batch_stops_at_its_refused_tag_as_a_small_one_does() {
+    let dir = tempfile::tempdir().expect("test setup");
+    let store =
+        Store::create(dir.path().join("b.tags"), &CreateOptions::default()).expect("create");
+    let mut batch: Vec<Tag> = (0..20_000)
+        .map(|i| Tag::new(format!("o{i}"), "r", format!("s{}", i % 300)))
+        .collect();
+    batch[17_000] = Tag::new("huge", "r", "x".repeat(MAX_STRING_BYTES + 1));
+    let (out, r) = store.insert_batch(&batch);
+    assert!(matches!(r, Err(Error::TagTooLarge { .. })), "{r:?}");
+    assert_eq!(
+        (out.changed, out.unchanged),
+        (17_000, 0),
+        "the tags before the refused one"
+    );
+    let want: BTreeSet<Tag> = batch[..17_000].iter().cloned().collect();
+    let got: BTreeSet<Tag> = store.tags().collect::<Result<_, _>>().expect("export");
+    assert!(got == want, "the store holds exactly the tags before it");
+    assert!(store.check().expect("check").ok(), "check");
+}

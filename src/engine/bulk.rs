@@ -47,6 +47,13 @@ pub(super) struct BulkPlan {
     pub(super) last_round: bool,
 }
 
+impl BulkPlan {
+    /// True when no tag of the batch is left to apply.
+    pub(super) fn is_empty(&self) -> bool {
+        self.tags.is_empty()
+    }
+}
+
 /// Encoded slots cut to their used bytes and laid one after another:
 /// a round holds millions, so a whole slot each would triple its memory.
 #[derive(Default)]
@@ -98,18 +105,45 @@ impl State {
     /// Encodes a batch and places both halves of each tag. An oversized
     /// tag is refused before anything is written, or, for a delete
     /// (`insert` false), left out: it cannot be stored.
-    pub(super) fn bulk_plan(&mut self, batch: &[&Tag], insert: bool) -> Result<BulkPlan> {
+    ///
+    /// A tag the store refuses (too large, or longer than a slot in a
+    /// format-1 store) ends the plan there: the plan holds the tags before
+    /// it, and the refusal comes with the tag's index in `batch`, so that
+    /// the caller applies those first and names the refused one, as a
+    /// batch applied tag by tag does (a review, 2026-11-30: `insert --file`
+    /// of 20,000 lines named line 1 for a refused line 20,001).
+    pub(super) fn bulk_plan(
+        &mut self,
+        batch: &[&Tag],
+        insert: bool,
+    ) -> Result<(BulkPlan, Option<(usize, Error)>)> {
         let (geo, seed) = (self.index.geometry(), self.index.seed());
         let mut slots = Packed(Vec::with_capacity(batch.len() * 48));
         let mut tags = Vec::with_capacity(batch.len());
-        for &whole in batch {
+        let mut refused = None;
+        for (i, &whole) in batch.iter().enumerate() {
             let stored = match shrink(whole) {
                 Ok(s) => s,
                 Err(Error::TagTooLarge { .. }) if !insert => continue,
+                Err(e @ (Error::TagTooLarge { .. } | Error::InvalidArgument(_))) => {
+                    refused = Some((i, e));
+                    break;
+                }
                 Err(e) => return Err(e),
             };
             // Mapped mode: the strings are made durable by the store's next flush.
-            if insert && !self.admits(whole, &stored, Half::Object)? {
+            let admitted = match insert {
+                true => match self.admits(whole, &stored, Half::Object) {
+                    Ok(a) => a,
+                    Err(e @ (Error::TagTooLarge { .. } | Error::InvalidArgument(_))) => {
+                        refused = Some((i, e));
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                },
+                false => true,
+            };
+            if !admitted {
                 continue;
             }
             // A delete removes a tag stored as a build before format 3
@@ -131,12 +165,13 @@ impl State {
                 changed: false,
             });
         }
-        Ok(BulkPlan {
+        let plan = BulkPlan {
             slots,
             tags,
             known_absent: false,
             last_round: true,
-        })
+        };
+        Ok((plan, refused))
     }
 
     /// Inserts (or deletes) the planned tags (mapped mode, a whole store):
@@ -548,7 +583,7 @@ mod tests {
         let refs: Vec<&Tag> = tags.iter().collect();
         let r = catch_unwind(AssertUnwindSafe(|| {
             let mut st = s.write().expect("test setup");
-            let mut plan = st.bulk_plan(&refs, true).expect("test setup");
+            let (mut plan, _) = st.bulk_plan(&refs, true).expect("test setup");
             st.pager.write_intent(&bulk_intent()).expect("test setup");
             st.pager.begin_bulk(false);
             st.bulk_passes(&mut plan.tags, &plan.slots, false, true)

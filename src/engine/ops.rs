@@ -166,10 +166,10 @@ impl Store {
     /// Inserts many tags, taking the write lock once per chunk.
     ///
     /// Stops at the first error; tags before it stay inserted and are counted
-    /// in the returned error's companion [`BatchOutcome`]. (So an oversized
-    /// tag in a batch applied tag by tag leaves the tags before it
-    /// inserted, while in a bulk round, below, nothing of the round is
-    /// written: check the outcome, not the batch's size.)
+    /// in the returned error's companion [`BatchOutcome`]. A tag the store
+    /// refuses (oversized, or too long for a format-1 store) stops the
+    /// batch at that tag whichever way it is applied (until 2026-11-30 a
+    /// bulk round refused its tags before it too: check the outcome).
     ///
     /// A batch of 16,384 tags or more in [`Durability::None`] (with disk
     /// room to spare) is written in one round, or in equal rounds of at
@@ -177,8 +177,9 @@ impl Store {
     /// for 40 bytes of strings), one half of the index at a time in bucket
     /// order (DESIGN.md §5.5). Readers wait while a round holds the write
     /// lock (about 1 s per 500,000 tags): pass smaller batches where that
-    /// matters. An oversized tag refuses its round before anything is
-    /// written, and an I/O error in a round leaves the handle unusable
+    /// matters. A round first reads the blocks it will change, so a block
+    /// failing its checksum refuses the round before anything is changed
+    /// (the handle stays usable); an I/O error in a round leaves the handle unusable
     /// ([`Error::Poisoned`]); reopen the store, which makes each tag of the
     /// round whole. Such a batch's counter changes are merged on another
     /// thread: the next `count`, `cloud` or merge waits for them (and
@@ -332,15 +333,24 @@ impl Store {
                     r?;
                     continue;
                 }
-                let mut plan = st.bulk_plan(round, insert)?;
-                plan.last_round = r + 1 == rounds;
-                let n = st.bulk_apply(&mut plan, insert, true)?;
+                let (mut plan, refused) = st.bulk_plan(round, insert)?;
+                // A refused tag: the tags before it go in, then the batch
+                // stops at it.
+                let planned = refused.as_ref().map_or(round.len(), |(i, _)| *i);
+                plan.last_round = r + 1 == rounds || refused.is_some();
+                let n = match plan.is_empty() {
+                    true => 0,
+                    false => st.bulk_apply(&mut plan, insert, true)?,
+                };
                 out.changed += n;
-                out.unchanged += round.len() as u64 - n;
+                out.unchanged += planned as u64 - n;
                 let merge = st.feed.wants_merge();
                 drop(st);
                 if merge {
                     self.merge_own_counts_later()?;
+                }
+                if let Some((_, e)) = refused {
+                    return Err(e);
                 }
             }
             Ok(())
@@ -393,7 +403,10 @@ impl Store {
             && st.bulk_fits(tags.len())
         {
             let all: Vec<&Tag> = tags.iter().collect();
-            let mut plan = st.bulk_plan(&all, true)?;
+            let (mut plan, refused) = st.bulk_plan(&all, true)?;
+            if let Some((_, e)) = refused {
+                return Err(e);
+            }
             plan.known_absent = true;
             st.bulk_apply(&mut plan, true, false)?;
             return Ok(());
