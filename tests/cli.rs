@@ -694,8 +694,16 @@ fn check_exit_codes_good_and_damaged() {
         text.contains(&format!("block {b}:")),
         "check does not name block {b}: {text}"
     );
+    // Exit 1 comes with an `error:` line on stderr, as for every error
+    // (a review, 2026-11-30: check's faults went to stdout only).
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.starts_with("error: ") && err.contains("check found"),
+        "{err}"
+    );
     let o = run(&["check", p, "--json"]);
     assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("error: "));
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
     let faults = j["faults"].as_array().expect("faults");
     assert!(

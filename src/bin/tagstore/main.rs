@@ -728,6 +728,16 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                     r.faults.len()
                 );
             }
+            if !r.ok() {
+                // README's exit-code rule: exit 1 comes with an `error:`
+                // line on stderr (the faults themselves are on stdout).
+                eprintln!(
+                    "error: {}: check found {} fault{} (listed on stdout)",
+                    store.display(),
+                    r.faults.len(),
+                    if r.faults.len() == 1 { "" } else { "s" }
+                );
+            }
             finish(
                 out,
                 if r.ok() {
