@@ -103,8 +103,7 @@ impl State {
     }
 
     /// Encodes a batch and places both halves of each tag. An oversized
-    /// tag is refused before anything is written, or, for a delete
-    /// (`insert` false), left out: it cannot be stored.
+    /// tag in a delete (`insert` false) is left out: it cannot be stored.
     ///
     /// A tag the store refuses (too large, or longer than a slot in a
     /// format-1 store) ends the plan there: the plan holds the tags before
