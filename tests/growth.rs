@@ -264,3 +264,27 @@ fn reserving_past_the_largest_store_is_refused_and_changes_nothing() {
         let _ = std::fs::remove_file(dir.path().join("g.tags.counts"));
     }
 }
+
+/// Regression (a review, 2026-11-30): inserting the same batch again grew
+/// the store each time by the 1/64 slack of the new-tag estimate, though
+/// every tag was present. A batch whose sampled tags are all stored now
+/// grows nothing: the store's layout and tags stay as they were.
+#[test]
+fn a_batch_inserted_again_grows_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = fresh(&dir);
+    let batch = tags(40_000, "again");
+    s.insert_batch(&batch).1.expect("first insert");
+    let before = s.stats().expect("stats");
+    for round in 0..2 {
+        let (out, r) = s.insert_batch(&batch);
+        r.expect("insert again");
+        assert_eq!((out.changed, out.unchanged), (0, 40_000), "round {round}");
+        let after = s.stats().expect("stats");
+        assert_eq!(
+            after.primary_buckets, before.primary_buckets,
+            "round {round}: the store split for tags it holds"
+        );
+        assert_eq!(after.tags, 40_000, "round {round}");
+    }
+}
