@@ -221,6 +221,11 @@ fn cli_wait_for_library_holder() {
         "--wait 0.2 gave up after {:?}",
         started.elapsed()
     );
+    // The message says it waited (a review, 2026-11-30: it read as an
+    // open that never waited).
+    let args = ["--wait", "0.2", "insert", p, "a", "b", "c"];
+    let (_, _, err) = wait_child(spawn_cli(&args), Duration::from_secs(10), "--wait 0.2");
+    assert!(err.contains("gave up after the --wait of 0.2 s"), "{err}");
 
     let started = Instant::now();
     let waiter = start_waiter(p);

@@ -241,6 +241,13 @@ impl From<Error> for Fail {
                 "store is corrupt: {m}\nhint: `tagstore export STORE --salvage` prints every tag \
                  with a readable half (a read-only command: it changes nothing)"
             )),
+            // A `--wait N` that ran out says so (a review, 2026-11-30: the
+            // message was the one of an open that never waited).
+            Error::Locked(p) if wait().is_some() => Fail::Error(format!(
+                "{} (gave up after the --wait of {} s)",
+                Error::Locked(p),
+                wait().map_or(0.0, |d| d.as_secs_f64())
+            )),
             // `create` over a directory, FIFO or device: named as such,
             // not as a file that exists.
             Error::AlreadyExists(p) if std::fs::metadata(&p).is_ok_and(|m| !m.is_file()) => {
