@@ -250,7 +250,7 @@ impl From<Error> for Fail {
             )),
             // `create` over a directory, FIFO or device: named as such,
             // not as a file that exists.
-            Error::AlreadyExists(p) if std::fs::metadata(&p).is_ok_and(|m| !m.is_file()) => {
+            Error::AlreadyExists(p) if !is_regular_file(&p) => {
                 Fail::Error(Error::NotARegularFile(p).to_string())
             }
             Error::NotAStore(p) | Error::AlreadyExists(p) if zero_head(&p) => Fail::Error(format!(
@@ -264,13 +264,18 @@ impl From<Error> for Fail {
     }
 }
 
+/// True when `path` is (or links to) a regular file.
+fn is_regular_file(path: &std::path::Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+}
+
 /// True when `path` is a regular file of at least one block whose first
 /// block is all zeros (a create killed before its superblock was written).
 fn zero_head(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut head = vec![0u8; 4096];
     // Only a regular file is read: opening a FIFO would block.
-    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+    if !is_regular_file(path) {
         return false;
     }
     std::fs::File::open(path)
