@@ -77,6 +77,11 @@ impl Error {
     pub(crate) fn corrupt(msg: impl Into<String>) -> Self {
         Error::Corrupt(msg.into())
     }
+
+    /// True when the error refuses the tag (or argument) given, not a fault of the store.
+    pub fn refuses_the_input(&self) -> bool {
+        matches!(self, Error::TagTooLarge { .. } | Error::InvalidArgument(_))
+    }
 }
 
 impl fmt::Display for Error {

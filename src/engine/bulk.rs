@@ -17,7 +17,7 @@ use crate::format::hash::{fp_of_tag_hash, tag_hash};
 use crate::format::long::shrink;
 use crate::format::tag::{decode, encode, subject_key, used_prefix, SLOT_SIZE};
 use crate::format::{place, Half, Intent, IntentOp, SlotAddr, SlotBytes, Tag, NONE};
-use crate::index::{ChainWalk, Found};
+use crate::index::Found;
 use crate::pager::Durability;
 use crate::strings::Strings;
 
@@ -122,29 +122,24 @@ impl State {
         let mut refused = None;
         for (i, &whole) in batch.iter().enumerate() {
             let stored = match shrink(whole) {
-                Ok(s) => s,
+                Ok(s) => Ok(s),
                 Err(Error::TagTooLarge { .. }) if !insert => continue,
-                Err(e @ (Error::TagTooLarge { .. } | Error::InvalidArgument(_))) => {
+                Err(e) => Err(e),
+            };
+            // Mapped mode: the strings are made durable by the store's next flush.
+            let admitted = stored.and_then(|s| match insert {
+                true => self.admits(whole, &s, Half::Object).map(|a| a.then_some(s)),
+                false => Ok(Some(s)),
+            });
+            let stored = match admitted {
+                Ok(Some(s)) => s,
+                Ok(None) => continue,
+                Err(e) if e.refuses_the_input() => {
                     refused = Some((i, e));
                     break;
                 }
                 Err(e) => return Err(e),
             };
-            // Mapped mode: the strings are made durable by the store's next flush.
-            let admitted = match insert {
-                true => match self.admits(whole, &stored, Half::Object) {
-                    Ok(a) => a,
-                    Err(e @ (Error::TagTooLarge { .. } | Error::InvalidArgument(_))) => {
-                        refused = Some((i, e));
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                },
-                false => true,
-            };
-            if !admitted {
-                continue;
-            }
             // A delete removes a tag stored as a build before format 3
             // stored it (a string starting with U+FFFF kept as it is).
             let old =
@@ -239,8 +234,7 @@ impl State {
                 if self.index.chain_read.get(g as usize) != Some(&false) {
                     continue;
                 }
-                let mut walk = ChainWalk::new(g, g + 1, None);
-                while let Some(b) = walk.next_block(&self.index, &self.pager)? {
+                for b in self.chain_blocks(g)? {
                     self.pager.block(b)?;
                 }
                 self.index.chain_read[g as usize] = true;

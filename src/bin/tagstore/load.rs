@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 use tagstore::tsv::{self, LineError, LineReader, MAX_LINE_BYTES};
-use tagstore::{Durability, Error, Store, Tag, MAX_STRING_BYTES};
+use tagstore::{Durability, Store, Tag, MAX_STRING_BYTES};
 
 /// Tags applied per library batch in the journaled modes (and per sync in
 /// `on-sync` mode).
@@ -298,7 +298,7 @@ fn apply(
     if let Err(e) = r {
         // A tag refused names its line; a fault of the store (a corrupt
         // block, an I/O error) is no line's: it names the lines in flight.
-        if !matches!(e, Error::TagTooLarge { .. } | Error::InvalidArgument(_)) {
+        if !e.refuses_the_input() {
             let first = lines.first().copied().unwrap_or(0);
             let last = lines.last().copied().unwrap_or(0);
             return Err(format!(
