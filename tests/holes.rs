@@ -261,3 +261,54 @@ fn replacements_in_the_same_buckets_fill_the_holes() {
     assert_eq!(st.holes, 0, "holes left after replacing ({holes} before)");
     assert_exactly(&store, &want, "after replacing deleted tags");
 }
+
+/// An INSERT enters a secondary bucket at block `used / 25` (DESIGN.md
+/// §5.1), and wraps to its first block when the blocks from there on are
+/// full: holes a DELETE left in the first blocks of a bucket of four
+/// blocks are filled before any new bucket is linked, whether the bucket's
+/// last block was written yet (the INSERT takes it first) or not.
+#[test]
+fn holes_in_the_first_blocks_of_a_secondary_bucket_are_reused() {
+    for written in [3usize, 4] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("blocks.tags");
+        let opts = CreateOptions {
+            blocks_per_secondary: Some(4),
+            ..small(1)
+        };
+        let store = Store::create_format1(&path, &opts).expect("create");
+        // 25 tags fill the primary bucket of each half, the next ones the
+        // secondary bucket's blocks in order.
+        let one = |i: usize| Tag::new(format!("b{i}"), "isa", "peak");
+        let tags: Vec<Tag> = (0..25 + 25 * written).map(one).collect();
+        let (out, r) = store.insert_batch(&tags);
+        r.expect("insert_batch");
+        assert_eq!(out.changed, tags.len() as u64);
+        let mut want: BTreeSet<Tag> = tags.into_iter().collect();
+        let before = layout(&store.stats().expect("stats"));
+        assert_eq!(before.2, 2, "one secondary bucket per half");
+        // Empty the secondary bucket's first two blocks (the INSERT then
+        // enters it at block `(25 * written - 50) / 25`, past the holes).
+        let victims: Vec<Tag> = (25..75).map(one).collect();
+        assert_eq!(store.delete_batch(&victims).0.changed, 50);
+        for t in &victims {
+            want.remove(t);
+        }
+        // Exactly as many new tags as the bucket has free slots.
+        let free = 100 - (25 * written - 50);
+        for i in 0..free {
+            let t = Tag::new(format!("n{i}"), "isa", "peak");
+            assert!(store.insert(&t).expect("insert"), "{written}: insert {i}");
+            want.insert(t);
+        }
+        let st = store.stats().expect("stats");
+        assert_eq!(st.holes, 0, "{written} blocks written: holes left");
+        assert_eq!(layout(&st), before, "{written} blocks written: grew");
+        assert_exactly(&store, &want, &format!("{written} blocks written"));
+        // The bucket is full now: the next tag links a new one per half.
+        refill(&store, &mut want, 1, "extra");
+        let st = store.stats().expect("stats");
+        assert_eq!(st.secondary_linked, before.2 + 2);
+        assert_exactly(&store, &want, &format!("{written}: one more"));
+    }
+}

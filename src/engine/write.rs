@@ -124,11 +124,23 @@ impl State {
             .map(|(s, e)| (s, e.ordinal, e.used));
         if let Some((s, ordinal, used)) = open {
             self.index.open_hint[g as usize] = s;
-            return match self.first_free(
-                geo.secondary_start(s),
-                geo.blocks_per_secondary,
+            // Start at block `used / slots`: every used slot lies in a
+            // written block and the written blocks come first, so that block
+            // is written or the first never written, and the blocks before
+            // it are full unless a DELETE left a hole (then the wrap-around
+            // finds it). A bucket a bulk load filled is read from its open
+            // block, not header by header from its first.
+            let skip = (used / SLOTS_PER_BLOCK as u32).min(geo.blocks_per_secondary - 1);
+            let start = geo.secondary_start(s);
+            let found = match self.first_free(
+                start + skip as u64,
+                geo.blocks_per_secondary - skip,
                 u32::MAX,
             )? {
+                Some(addr) => Some(addr),
+                None => self.first_free(start, skip, u32::MAX)?,
+            };
+            return match found {
                 Some(addr) => Ok(Plan {
                     addr,
                     id: Identity {
