@@ -214,6 +214,11 @@ impl Strings {
         self.lost = true;
     }
 
+    /// True when the store held long strings and this file holds none.
+    pub fn lost(&self) -> bool {
+        self.lost
+    }
+
     /// True when the file is damaged or lost: any reference may be stored
     /// without this file holding its string.
     pub fn unsure(&self) -> bool {
@@ -273,8 +278,12 @@ impl Strings {
             return Ok(None);
         }
         self.get(b).map(Some).ok_or_else(|| {
+            let why = match self.lost {
+                true => " (the file is missing or empty while the store says it holds tags longer than a slot)",
+                false => "",
+            };
             Error::corrupt(format!(
-                "a tag names long string {:?} that {} does not hold",
+                "a tag names long string {:?} that {} does not hold{why}",
                 String::from_utf8_lossy(b),
                 self.path.display()
             ))

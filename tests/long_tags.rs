@@ -443,7 +443,12 @@ fn a_lost_strings_file_is_reported_not_guessed() {
     std::fs::remove_file(strings_of(&path)).expect("remove");
     let store = Store::open_read_only(&path).expect("open");
     let r: Result<Vec<String>, _> = store.find_subjects("o", "isa").collect();
-    assert!(matches!(r, Err(Error::Corrupt(_))), "{r:?}");
+    // The error says the file is missing, not only that a string is
+    // (regression: it read as one string lost from a sound file).
+    assert!(
+        matches!(&r, Err(Error::Corrupt(m)) if m.contains("missing or empty")),
+        "{r:?}"
+    );
     // The long key's tags are still found: their other strings are whole
     // (regression: with the map empty, no other form was searched and the
     // FIND answered nothing).
@@ -457,6 +462,18 @@ fn a_lost_strings_file_is_reported_not_guessed() {
     let report = store.check().expect("check");
     assert!(
         report.faults.iter().any(|f| f.contains("strings file")),
+        "{:?}",
+        report.faults
+    );
+    // `check` names the missing file once, besides each slot that needs it.
+    let missing = format!("{}: missing or empty", strings_of(&path).display());
+    assert_eq!(
+        report
+            .faults
+            .iter()
+            .filter(|f| f.starts_with(&missing))
+            .count(),
+        1,
         "{:?}",
         report.faults
     );

@@ -59,6 +59,12 @@ impl Store {
                 crate::strings::strings_path(self.path()).display()
             ));
         }
+        if self.read().strings().lost() {
+            r.fault(format!(
+                "{}: missing or empty, while the store says it holds tags longer than a slot: their strings are lost (`tagstore export --salvage` writes out the other tags)",
+                crate::strings::strings_path(self.path()).display()
+            ));
+        }
         let held = self.read().strings().len();
         if held > 0 {
             r.notes.push(format!(
