@@ -827,6 +827,29 @@ fn a_size_whose_tables_pass_half_the_memory_is_refused() {
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "a file was made"
     );
+    // The refusal gives the largest size that fits (a review's: it said
+    // only "fewer"); one tag more is refused, that size is not.
+    let most: u64 = e
+        .split("at most ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no largest size in: {e}"));
+    assert!(most < tags, "{e}");
+    fails(
+        &run(&["create", s(&p), "--expected-tags", &(most + 1).to_string()]),
+        &["bucket tables"],
+    );
+    // (Not created: a store of that size would take half the memory to
+    // open. A size within it passes the check and fails on nothing else
+    // here but disk space, which a sparse file does not need.)
+    let small = most / 1000;
+    ok(run(&[
+        "create",
+        s(&p),
+        "--expected-tags",
+        &small.to_string(),
+    ]));
 }
 
 /// Regression (a review's): a bare `--wait` before the command name, or

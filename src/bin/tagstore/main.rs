@@ -475,7 +475,9 @@ const TABLE_BYTES_PER_BUCKET: u64 = 37;
 /// out of memory, and so could every later open (a review's
 /// `--expected-tags` near the 8 TiB bound wanted some 20 GB for a plain
 /// `find`).
-fn check_table_memory(g: &Geometry) -> Result<(), Fail> {
+/// `by_tags`: the geometry was sized from a tag count, so the refusal also
+/// gives the largest count that fits.
+fn check_table_memory(g: &Geometry, by_tags: bool) -> Result<(), Fail> {
     let needed = u64::from(g.primary_buckets_per_half) * 2 * TABLE_BYTES_PER_BUCKET;
     // SAFETY: sysconf reads a system value.
     let (pages, page) = unsafe {
@@ -493,14 +495,47 @@ fn check_table_memory(g: &Geometry) -> Result<(), Fail> {
         return Ok(());
     }
     let gb = |b: u64| b as f64 / 1e9;
+    let max_buckets = ram / 2 / (2 * TABLE_BYTES_PER_BUCKET);
+    let most = match by_tags {
+        true => format!(
+            "for at most {} tags here ({max_buckets} primary buckets per half)",
+            most_tags_within(max_buckets, g)
+        ),
+        false => format!("with at most {max_buckets} primary buckets per half here"),
+    };
     Err(Fail::Error(format!(
         "invalid argument: {} primary buckets per half would keep about {:.1} GB of bucket tables \
          in memory whenever the store is open, more than half of this machine's {:.1} GB: size it \
-         for fewer tags, or give no size and let the store grow as tags arrive",
+         {most}, or give no size and let the store grow as tags arrive",
         g.primary_buckets_per_half,
         gb(needed),
         gb(ram)
     )))
+}
+
+/// The largest tag count whose geometry (with `g`'s block counts) has at
+/// most `max_buckets` primary buckets per half.
+fn most_tags_within(max_buckets: u64, g: &Geometry) -> u64 {
+    let fits = |n: u64| {
+        let s = Geometry::sized(n, g.blocks_per_primary, g.blocks_per_secondary);
+        u64::from(s.primary_buckets_per_half) <= max_buckets
+    };
+    let (mut lo, mut hi) = (
+        0u64,
+        Geometry::max_expected_tags(g.blocks_per_primary.max(1)),
+    );
+    if fits(hi) {
+        return hi;
+    }
+    // fits(lo) and not fits(hi): the bucket count grows with the tags.
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match fits(mid) {
+            true => lo = mid,
+            false => hi = mid,
+        }
+    }
+    lo
 }
 
 fn run(cli: Cli) -> Result<ExitCode, Fail> {
@@ -524,7 +559,10 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             if let Some(n) = expected_tags.filter(|_| buckets.primary_buckets.is_none()) {
                 check_expected_tags(n, opts.geometry().blocks_per_primary)?;
             }
-            check_table_memory(&opts.geometry())?;
+            check_table_memory(
+                &opts.geometry(),
+                opts.primary_buckets_per_half.is_none() && opts.expected_tags > 0,
+            )?;
             let s = match half_only {
                 true => Store::create_half_only(&store, &opts)?,
                 false => Store::create(&store, &opts)?,
@@ -679,7 +717,8 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 if let Some(p) = buckets.primary_buckets {
                     g.primary_buckets_per_half = p;
                 }
-                check_table_memory(&g)?;
+                let by_tags = expected_tags.is_some() && buckets.primary_buckets.is_none();
+                check_table_memory(&g, by_tags)?;
                 Some(g)
             };
             let bar = progress::maintain_reading(ProgressDrawTarget::stderr());
