@@ -8,6 +8,7 @@
 mod data;
 mod engines;
 mod report;
+mod settle;
 mod sweep;
 mod tsvdata;
 
@@ -93,6 +94,11 @@ pub struct Args {
     /// Tags per durable batch.
     #[arg(long, default_value_t = 1_000)]
     durable_batch_size: usize,
+    /// Before each durable row, flushes of a scratch file (untimed, at most
+    /// this many) until the disk's flushes are back to their usual time
+    /// (0: none).
+    #[arg(long, default_value_t = 400)]
+    settle_flushes: usize,
     /// Print the tables as Markdown too.
     #[arg(long)]
     markdown: bool,
@@ -1095,6 +1101,7 @@ fn compare(args: &Args) -> Result<()> {
         e.set_durable(true)
             .with_context(|| format!("{}: durable mode", e.name()))?;
     }
+    settle_before("durable inserts", base.path(), args.settle_flushes)?;
     let mut acc = accs(ne);
     b.rounds(singles, 50, |i, e, r| {
         for t in &durable_tags[r] {
@@ -1114,6 +1121,7 @@ fn compare(args: &Args) -> Result<()> {
     })?;
     let single_lat: Vec<Lat> = acc.into_iter().map(Acc::lat).collect();
     let mut acc = accs(ne);
+    settle_before("durable batches", base.path(), args.settle_flushes)?;
     b.rounds(args.durable_batches, 1, |i, e, r| {
         for k in r {
             let s = singles + k * batch;
@@ -1348,6 +1356,22 @@ impl Acc {
 
 /// Calls `f(participant, range)` over `0..n` in rounds of `chunk`, each of
 /// `k` participants taking its turn per round; the first one rotates.
+/// Lets the disk settle before the timed row `what` (see `settle.rs`) and
+/// says how long that took.
+fn settle_before(what: &str, dir: &std::path::Path, max: usize) -> Result<()> {
+    if max == 0 {
+        return Ok(());
+    }
+    let s = settle::settle_disk(dir, max)?;
+    eprintln!(
+        "before {what}: the disk settled after {} flushes in {:.1} ms (the first took {:.0} µs)",
+        s.flushes,
+        s.total.as_secs_f64() * 1e3,
+        s.first.as_secs_f64() * 1e6
+    );
+    Ok(())
+}
+
 pub fn turns(
     k: usize,
     n: usize,
