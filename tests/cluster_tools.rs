@@ -1001,3 +1001,60 @@ fn reshard_copies_read_again_only_what_changed() {
     let reference = reference(tmp.path(), &truth);
     same_finds(&mut c.conn(), &reference, &truth, &gone);
 }
+
+/// Regression (a review's, left open until 2026-11-30): a new node that
+/// lost part of what a copy gave it (killed before the members reached its
+/// disk) was not sent them again by the next copy, which trusted its
+/// record, and `--remove` then deleted the only copy. A copy now counts
+/// the keys of a new node that restarted since the last copy and sends
+/// again what it lost; a node that did not restart is not asked.
+#[test]
+fn reshard_copy_sends_again_what_a_restarted_new_node_lost() {
+    let Some(s) = reshard_start(61, 4000, &["--half-only"], 62, 0) else {
+        return;
+    };
+    let Start {
+        tmp,
+        mut c,
+        old,
+        new,
+        truth,
+        ..
+    } = s;
+    ok(&["cluster", "reshard", &old, &new]);
+    // The loss: one member of each of 200 keys moved to node 3, gone from
+    // it, and the node restarted (a crash takes both at once).
+    let port = c.nodes[3].port;
+    let keys = node_keys(port);
+    assert!(keys.len() > 200, "{} keys moved", keys.len());
+    let mut n3 = Conn::open(port).expect("connect to node 3");
+    let mut lost = 0;
+    for k in &keys[..200] {
+        n3.send(&[b"SPOP", k.as_bytes()]);
+        match n3.reply().expect("SPOP") {
+            Reply::Bulk(Some(_)) => lost += 1,
+            other => panic!("SPOP: {other:?}"),
+        }
+    }
+    drop(n3);
+    c.kill_and_restart(3);
+    let (code, out, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        err.contains(&format!("lost {lost} members of 200 keys")),
+        "{err}"
+    );
+    assert!(
+        out.contains(&format!("new nodes: added {lost} members")),
+        "{out}"
+    );
+    // Not restarted since: not asked again, and nothing to send.
+    let (code, out, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("lost"), "{err}");
+    assert!(out.contains("new nodes: added 0 members"), "{out}");
+    c.switch_proxy(4, "new.yml");
+    ok(&["cluster", "reshard", &old, &new, "--remove"]);
+    let reference = reference(tmp.path(), &truth);
+    same_finds(&mut c.conn(), &reference, &truth, &[]);
+}

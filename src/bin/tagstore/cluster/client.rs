@@ -219,6 +219,7 @@ impl Client {
         Ok(NodeFacts {
             whole_tags: field("half_only") == Some("0"),
             max_request_bytes: field("max_request_bytes").and_then(|v| v.parse().ok()),
+            run_id: field("run_id").map(str::to_owned),
         })
     }
 
@@ -300,6 +301,9 @@ pub struct NodeFacts {
     /// The largest request it takes, in bytes, if it says
     /// (`max_request_bytes`, a `tagstore serve` node's `--max-request-bytes`).
     pub max_request_bytes: Option<usize>,
+    /// The server instance, if it says (`run_id`; a `tagstore serve`
+    /// node's is new at each start).
+    pub run_id: Option<String>,
 }
 
 /// A bulk string reply as UTF-8 text.

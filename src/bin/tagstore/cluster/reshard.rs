@@ -61,9 +61,10 @@ const COMMAND_BYTES: usize = 1 << 20;
 /// For each node of `c`, from one INFO: whether it keeps whole tags, and
 /// the bytes a command to it may take ([`COMMAND_BYTES`], or less when it
 /// says it takes less).
-fn node_facts(c: &mut Cluster) -> Result<(Vec<bool>, Vec<usize>), String> {
+fn node_facts(c: &mut Cluster) -> Result<(Vec<bool>, Vec<usize>, Vec<Option<String>>), String> {
     let mut whole = Vec::with_capacity(c.nodes.len());
     let mut limits = Vec::with_capacity(c.nodes.len());
+    let mut runs = Vec::with_capacity(c.nodes.len());
     for node in &mut c.nodes {
         let f = node.facts()?;
         whole.push(f.whole_tags);
@@ -71,8 +72,9 @@ fn node_facts(c: &mut Cluster) -> Result<(Vec<bool>, Vec<usize>), String> {
             f.max_request_bytes
                 .map_or(COMMAND_BYTES, |n| n.min(COMMAND_BYTES)),
         );
+        runs.push(f.run_id);
     }
-    Ok((whole, limits))
+    Ok((whole, limits, runs))
 }
 
 /// `SADD`/`SREM key members…`, as many commands as keep each request
@@ -142,8 +144,8 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let bar = spinner();
     let mut c_old = Cluster::connect(&old, a.common.timeout, &bar)?;
     let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
-    let (whole_old, old_limits) = node_facts(&mut c_old)?;
-    let (whole_new, limits) = node_facts(&mut c_new)?;
+    let (whole_old, old_limits, _) = node_facts(&mut c_old)?;
+    let (whole_new, limits, runs_new) = node_facts(&mut c_new)?;
     if whole_old.iter().chain(&whole_new).any(|w| *w) {
         bar.suspend(|| {
             eprintln!(
@@ -168,6 +170,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let addr = |p: &Pool, i: usize| format!("{}:{}", p.servers[i].host, p.servers[i].port);
     let new_index: BTreeMap<String, usize> =
         (0..new.servers.len()).map(|j| (addr(&new, j), j)).collect();
+    // A new node that holds none of what was copied to it is refused (the
+    // user re-created it); one that lost a part is sent it again.
+    refuse_if_new_nodes_lost(&rec, &mut c_new, &path)?;
+    if !a.remove && had_record {
+        let is_old: BTreeSet<String> = (0..old.servers.len()).map(|i| addr(&old, i)).collect();
+        let addrs: Vec<String> = (0..new.servers.len()).map(|j| addr(&new, j)).collect();
+        if recheck_restarted(&mut rec, &mut c_new, &runs_new, &addrs, &is_old)? {
+            rec.save(&path)?;
+        }
+    }
     // Every old node read before any is changed.
     let mut total = 0usize;
     let recorded = record_keys_by_node(&rec, &c_old);
@@ -204,7 +216,6 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     if !a.remove && !a.accept_deletes {
         refuse_if_removed(&rec, &reads, &recorded, &whole_old, &c_old, &c_new, &path)?;
     }
-    refuse_if_new_nodes_lost(&rec, &mut c_new, &path)?;
     // Before any node changes: a record that cannot be written stops here.
     if !had_record || (a.remove && rec.state == State::Copying) {
         // From here on (--remove) the old nodes lose members: no copy may
@@ -470,6 +481,96 @@ fn refuse_if_new_nodes_lost(rec: &Record, c_new: &mut Cluster, path: &Path) -> R
         }
     }
     Ok(())
+}
+
+/// Before a copy: a new node that restarted since the last copy (its INFO
+/// `run_id` is not the one the record noted) may have lost members a copy
+/// gave it (a crash before they reached its disk), and a copy that trusted
+/// the record would not send them again: `--remove` would then delete the
+/// only copy. Each key the record says was copied there is counted
+/// (SCARD); where members are missing the key is read (SMEMBERS), and the
+/// members the record holds but the node does not become pending, so this
+/// copy sets each as its old node has it. The record then notes the
+/// `run_id` of each new node that is not an old node (an old node's is
+/// its change window's, noted by its read). True if the record changed.
+fn recheck_restarted(
+    rec: &mut Record,
+    c_new: &mut Cluster,
+    runs: &[Option<String>],
+    addrs: &[String],
+    is_old: &BTreeSet<String>,
+) -> Result<bool, String> {
+    let mut by: Vec<Vec<String>> = vec![Vec::new(); c_new.nodes.len()];
+    for k in rec.copied.keys() {
+        by[c_new.ring.locate(k.as_bytes())].push(k.clone());
+    }
+    let mut changed = false;
+    for (j, keys) in by.iter().enumerate() {
+        let Some(run) = &runs[j] else {
+            continue;
+        };
+        if rec.marks.get(&addrs[j]).is_some_and(|m| &m.instance == run) {
+            continue;
+        }
+        if !keys.is_empty() {
+            c_new.step(j, "restarted since the last copy: counting what it holds");
+            let ask: Cmds = keys
+                .iter()
+                .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
+                .collect();
+            let counts = c_new.nodes[j].pipeline(&ask)?;
+            let short: Vec<String> = keys
+                .iter()
+                .zip(counts)
+                .filter(|(k, r)| {
+                    let want = rec.copied.get(*k).map_or(0, BTreeSet::len);
+                    !matches!(r, Reply::Int(n) if usize::try_from(*n).is_ok_and(|n| n >= want))
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            let held = c_new.nodes[j].members(&short)?;
+            let mut lost = 0usize;
+            for (k, has) in short.iter().zip(held) {
+                let has: BTreeSet<String> = has.into_iter().collect();
+                let Some(copied) = rec.copied.get_mut(k) else {
+                    continue;
+                };
+                let gone: Vec<String> = copied.difference(&has).cloned().collect();
+                if gone.is_empty() {
+                    continue;
+                }
+                lost += gone.len();
+                for m in &gone {
+                    copied.remove(m);
+                }
+                if copied.is_empty() {
+                    rec.copied.remove(k);
+                }
+                rec.pending.entry(k.clone()).or_default().extend(gone);
+            }
+            if lost > 0 {
+                changed = true;
+                c_new.bar.suspend(|| {
+                    eprintln!(
+                        "warning: new node {} restarted since the last copy and lost {lost} \
+                         members of {} keys copied to it: this copy sends them again",
+                        c_new.labels[j],
+                        short.len()
+                    )
+                });
+            }
+        }
+        if !is_old.contains(&addrs[j]) {
+            let mark = Mark {
+                instance: run.clone(),
+                next: 0,
+                listed: 0,
+            };
+            rec.marks.insert(addrs[j].clone(), mark);
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
 
 /// The keys the record names (copied or pending) by their old node, each

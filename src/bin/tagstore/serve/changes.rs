@@ -62,6 +62,11 @@ impl Changes {
         }
     }
 
+    /// The server instance, as `TAGSTORE.CHANGES` and INFO's `run_id` give it.
+    pub fn instance_hex(&self) -> String {
+        format!("{:016x}", self.instance)
+    }
+
     /// True once a window is open (changes are being noted).
     pub fn open(&self) -> bool {
         self.inner.borrow().number.is_some()
@@ -88,7 +93,7 @@ impl Changes {
         let done = std::mem::take(&mut *w);
         w.number = Some(done.number.map_or(1, |n| n + 1));
         resp::array(out, 3 + done.keys.len());
-        resp::bulk(out, format!("{:016x}", self.instance).as_bytes());
+        resp::bulk(out, self.instance_hex().as_bytes());
         resp::int(out, done.number.unwrap_or(0) as i64);
         match done.number {
             Some(_) if !done.overflowed => {

@@ -29,6 +29,9 @@ pub struct Facts {
     pub max_request_bytes: usize,
     /// Connections open now (the loop updates it every turn).
     pub clients: Cell<usize>,
+    /// This server instance (new at each start), INFO's `run_id`: the
+    /// cluster tools tell a restarted node by it.
+    pub run_id: String,
 }
 
 /// A new connection's id (CLIENT ID, HELLO): 1, 2, 3, … per server.
@@ -225,6 +228,7 @@ pub fn info(store: &Store, facts: &Facts, rest: &[&[u8]], resp3: bool, out: &mut
             ("os", std::env::consts::OS.into()),
             ("arch_bits", (usize::BITS).to_string()),
             ("process_id", std::process::id().to_string()),
+            ("run_id", facts.run_id.clone()),
             ("tcp_port", facts.port.to_string()),
             (
                 "uptime_in_seconds",

@@ -70,6 +70,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()> {
     install_signals()?;
     listener.set_nonblocking(true)?;
+    let changes = super::changes::Changes::default();
     let facts = Facts {
         started: Instant::now(),
         port: listener.local_addr().map_or(0, |a| a.port()),
@@ -77,6 +78,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         durability: cfg.durability,
         max_request_bytes: cfg.limits.max_request_bytes,
         clients: Cell::new(0),
+        run_id: changes.instance_hex(),
     };
     let ctx = Context {
         store,
@@ -85,7 +87,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
         max_tx_bytes: cfg.limits.max_request_bytes.saturating_mul(16),
         tx_budget: Budget::new(cfg.limits.max_request_bytes.saturating_mul(64)),
         watches: Default::default(),
-        changes: Default::default(),
+        changes,
     };
     let mut listener = Some(listener);
     let mut conns: Vec<Conn> = Vec::new();
