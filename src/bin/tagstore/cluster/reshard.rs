@@ -58,23 +58,32 @@ type Cmds = Vec<Vec<Vec<u8>>>;
 /// the connection, and a peak's members pass that (80,000 of 150 bytes).
 const COMMAND_BYTES: usize = 1 << 20;
 
-/// For each node of `c`, from one INFO: whether it keeps whole tags, and
-/// the bytes a command to it may take ([`COMMAND_BYTES`], or less when it
-/// says it takes less).
-fn node_facts(c: &mut Cluster) -> Result<(Vec<bool>, Vec<usize>, Vec<Option<String>>), String> {
-    let mut whole = Vec::with_capacity(c.nodes.len());
-    let mut limits = Vec::with_capacity(c.nodes.len());
-    let mut runs = Vec::with_capacity(c.nodes.len());
+/// For each node of `c`, from one INFO: whether it keeps whole tags, the
+/// bytes a command to it may take ([`COMMAND_BYTES`], or less when it
+/// says it takes less), and its `run_id`.
+fn node_facts(c: &mut Cluster) -> Result<Facts, String> {
+    let mut f = Facts::default();
     for node in &mut c.nodes {
-        let f = node.facts()?;
-        whole.push(f.whole_tags);
-        limits.push(
-            f.max_request_bytes
+        let n = node.facts()?;
+        f.whole.push(n.whole_tags);
+        f.limits.push(
+            n.max_request_bytes
                 .map_or(COMMAND_BYTES, |n| n.min(COMMAND_BYTES)),
         );
-        runs.push(f.run_id);
+        f.runs.push(n.run_id);
     }
-    Ok((whole, limits, runs))
+    Ok(f)
+}
+
+/// What the nodes of one configuration said in their INFO, node by node.
+#[derive(Default)]
+struct Facts {
+    /// The node keeps whole tags.
+    whole: Vec<bool>,
+    /// The most bytes a command to it may take.
+    limits: Vec<usize>,
+    /// Its `run_id`, if it gave one.
+    runs: Vec<Option<String>>,
 }
 
 /// `SADD`/`SREM key members…`, as many commands as keep each request
@@ -144,8 +153,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let bar = spinner();
     let mut c_old = Cluster::connect(&old, a.common.timeout, &bar)?;
     let mut c_new = Cluster::connect(&new, a.common.timeout, &bar)?;
-    let (whole_old, old_limits, _) = node_facts(&mut c_old)?;
-    let (whole_new, limits, runs_new) = node_facts(&mut c_new)?;
+    let Facts {
+        whole: whole_old,
+        limits: old_limits,
+        ..
+    } = node_facts(&mut c_old)?;
+    let Facts {
+        whole: whole_new,
+        limits,
+        runs: runs_new,
+    } = node_facts(&mut c_new)?;
     if whole_old.iter().chain(&whole_new).any(|w| *w) {
         bar.suspend(|| {
             eprintln!(
