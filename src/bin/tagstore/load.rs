@@ -69,6 +69,17 @@ impl Verb {
         }
     }
 
+    /// What a load's error says of the changes made before it: "and kept"
+    /// or "and they stay deleted" (a delete's "deleted … and kept" read as
+    /// if the tags were kept).
+    pub fn stands(self) -> &'static str {
+        if self.insert {
+            "and kept"
+        } else {
+            "and they stay deleted"
+        }
+    }
+
     /// "present" or "absent": the state of an unchanged tag.
     pub fn already(self) -> &'static str {
         if self.insert {

@@ -882,7 +882,7 @@ fn change_file(
     let applied = tally.before_error(verb);
     let lines = tally.lines;
     match (loaded, closed) {
-        (Err(m), Ok(())) => Err(Fail::Error(format!("{m}; {applied} and kept"))),
+        (Err(m), Ok(())) => Err(Fail::Error(format!("{m}; {applied} {}", verb.stands()))),
         (Err(m), Err(e)) => Err(Fail::Error(format!(
             "{m}; {applied}, {lines} lines read, were applied, but closing the store \
              then failed too: {e} (the next open recovers it)"
