@@ -153,6 +153,25 @@ fn library_short_wait_times_out_locked() {
     holder.close().expect("close");
 }
 
+/// Regression (a review's): a wait shorter than the 100 ms grace, `--wait
+/// 0`, gave up after one try (about 18 ms), sooner than no wait at all.
+/// It now waits the grace, as no wait does.
+#[test]
+fn library_zero_wait_waits_the_grace() {
+    let (_serial, _dir, path, holder) = held();
+    for wait in [Duration::ZERO, Duration::from_millis(30)] {
+        let took = assert_open_locked(&path, false, Some(wait));
+        let what = format!("a wait of {wait:?}");
+        assert_took(
+            took,
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+            &what,
+        );
+    }
+    holder.close().expect("close");
+}
+
 /// Issue: a read-only open with a wait must wait for a writer to close
 /// too, and then read what it wrote.
 #[test]

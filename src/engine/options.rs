@@ -85,8 +85,9 @@ pub struct BatchOutcome {
 pub struct OpenOptions {
     /// Open for reading only (shared lock; nothing is ever written).
     pub read_only: bool,
-    /// Wait up to this long for a lock another process holds; `None` fails
-    /// with [`Error::Locked`](crate::Error::Locked) after a 100 ms grace (a
-    /// child process forked meanwhile holds the lock until it execs).
+    /// Wait up to this long for a lock another process holds; `None` (or
+    /// less than 100 ms) fails with [`Error::Locked`](crate::Error::Locked)
+    /// after a 100 ms grace (a child process forked meanwhile holds the
+    /// lock until it execs).
     pub wait: Option<Duration>,
 }

@@ -114,10 +114,12 @@ fn headroom(len: u64) -> u64 {
 const LOCK_GRACE: Duration = Duration::from_millis(100);
 
 /// Locks `file`; when another process holds it, retries for up to `wait`
-/// (none: for [`LOCK_GRACE`], then fails with [`Error::Locked`]).
+/// and at least [`LOCK_GRACE`] (none: for the grace), then fails with
+/// [`Error::Locked`]. (Until 2026-11-30 a wait shorter than the grace,
+/// `--wait 0`, gave up sooner than no wait at all.)
 fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Result<()> {
     // `Some(None)`: no limit (a wait too long to add to the clock).
-    let wait = wait.unwrap_or(LOCK_GRACE);
+    let wait = wait.unwrap_or(LOCK_GRACE).max(LOCK_GRACE);
     let deadline = Some(Instant::now().checked_add(wait));
     let mut pause = Duration::from_millis(1);
     loop {
