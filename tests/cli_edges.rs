@@ -887,6 +887,14 @@ fn a_bare_wait_stands_anywhere() {
         ]),
         &["not a number of seconds"],
     );
+    // Regression (a review's): `--wait 1e20` (past what a duration holds)
+    // was taken for a command name, and `--wait -1` for a stray option.
+    // The first waits without limit; the second is refused as a wait.
+    ok(run(&["--wait", "1e20", "insert", p, "a", "r", "f"]));
+    usage(
+        &run(&["--wait", "-1", "insert", p, "a", "r", "g"]),
+        &["--wait", "a wait cannot be negative"],
+    );
 }
 
 /// Regression (a review's): on a nearly full disk, `insert --file` of a

@@ -43,11 +43,15 @@ impl std::str::FromStr for WaitArg {
         if s == "inf" {
             return Ok(WaitArg(Duration::MAX));
         }
-        s.parse::<f64>()
-            .ok()
-            .and_then(|x| Duration::try_from_secs_f64(x).ok())
-            .map(WaitArg)
-            .ok_or_else(|| format!("not a number of seconds: {s:?}"))
+        match s.parse::<f64>() {
+            // Past what a Duration holds (`1e20`): without limit, as `inf`
+            // (it was taken for a command name until 2026-11-30).
+            Ok(x) if x >= 0.0 => Ok(WaitArg(
+                Duration::try_from_secs_f64(x).unwrap_or(Duration::MAX),
+            )),
+            Ok(x) if x < 0.0 => Err(format!("a wait cannot be negative: {s:?}")),
+            _ => Err(format!("not a number of seconds: {s:?}")),
+        }
     }
 }
 
@@ -384,14 +388,24 @@ fn naming(path: &std::path::Path, e: tagstore::Error) -> tagstore::Error {
 /// (a review's finding).
 fn bare_waits(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = args.collect();
-    for i in 1..args.len() {
+    let mut i = 1;
+    while i < args.len() {
         if args[i] == "--" {
             break;
         }
-        let value = args.get(i + 1).and_then(|v| v.to_str());
-        if args[i] == "--wait" && value.is_none_or(|v| v.parse::<WaitArg>().is_err()) {
-            args[i] = "--wait=inf".into();
+        if args[i] == "--wait" {
+            // A number is the wait's value even when it is not a valid one:
+            // joined to it, `--wait -1` is refused as a wait, not as a
+            // stray option.
+            match args.get(i + 1).and_then(|v| v.to_str()) {
+                Some(v) if v == "inf" || v.parse::<f64>().is_ok() => {
+                    args[i] = format!("--wait={v}").into();
+                    args.remove(i + 1);
+                }
+                _ => args[i] = "--wait=inf".into(),
+            }
         }
+        i += 1;
     }
     args
 }
