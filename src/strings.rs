@@ -279,7 +279,7 @@ impl Strings {
         }
         self.get(b).map(Some).ok_or_else(|| {
             let why = match self.lost {
-                true => " (the file is missing or empty while the store says it holds tags longer than a slot)",
+                true => " (the file holds no string: it is missing, empty or damaged, while the store says it holds tags longer than a slot)",
                 false => "",
             };
             Error::corrupt(format!(

@@ -446,7 +446,7 @@ fn a_lost_strings_file_is_reported_not_guessed() {
     // The error says the file is missing, not only that a string is
     // (regression: it read as one string lost from a sound file).
     assert!(
-        matches!(&r, Err(Error::Corrupt(m)) if m.contains("missing or empty")),
+        matches!(&r, Err(Error::Corrupt(m)) if m.contains("missing, empty or damaged")),
         "{r:?}"
     );
     // The long key's tags are still found: their other strings are whole
@@ -466,7 +466,7 @@ fn a_lost_strings_file_is_reported_not_guessed() {
         report.faults
     );
     // `check` names the missing file once, besides each slot that needs it.
-    let missing = format!("{}: missing or empty", strings_of(&path).display());
+    let missing = format!("{}: holds no string", strings_of(&path).display());
     assert_eq!(
         report
             .faults

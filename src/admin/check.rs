@@ -61,7 +61,7 @@ impl Store {
         }
         if self.read().strings().lost() {
             r.fault(format!(
-                "{}: missing or empty, while the store says it holds tags longer than a slot: their strings are lost (`tagstore export --salvage` writes out the other tags)",
+                "{}: holds no string (missing, empty or damaged), while the store says it holds tags longer than a slot: their strings are lost (`tagstore export --salvage` writes out the other tags)",
                 crate::strings::strings_path(self.path()).display()
             ));
         }
