@@ -190,13 +190,22 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     // A new node that holds none of what was copied to it is refused (the
     // user re-created it); one that lost a part is sent it again.
     refuse_if_new_nodes_lost(&rec, &mut c_new, &path)?;
-    if !a.remove && had_record {
+    let addrs: Vec<String> = (0..new.servers.len()).map(|j| addr(&new, j)).collect();
+    let missing = missing_on_restarted(&rec, &mut c_new, &runs_new, &addrs)?;
+    // At --remove: kept on their old nodes (key -> members), listed.
+    let mut keep_missing: Sets = Sets::new();
+    if a.remove {
+        keep_missing = missing.into_iter().map(|(_, k, m)| (k, m)).collect();
+    } else {
         let is_old: BTreeSet<String> = (0..old.servers.len()).map(|i| addr(&old, i)).collect();
-        let addrs: Vec<String> = (0..new.servers.len()).map(|j| addr(&new, j)).collect();
-        if recheck_restarted(&mut rec, &mut c_new, &runs_new, &addrs, &is_old)? {
+        let changed = resend_missing(&mut rec, &c_new, missing);
+        // The first copy notes the new nodes' run_ids too (saved with it).
+        let noted = note_new_runs(&mut rec, &runs_new, &addrs, &is_old);
+        if (noted || changed) && had_record {
             rec.save(&path)?;
         }
     }
+    let mut kept_missing: Vec<(&str, String, String)> = Vec::new();
     // Every old node read before any is changed.
     let mut total = 0usize;
     let recorded = record_keys_by_node(&rec, &c_old);
@@ -312,9 +321,17 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 // half-only node keeps each half apart: every moved member
                 // goes (kept, it would be a stale copy that a later
                 // reshard or repair brings back after a delete).
-                let (keep, gone): (Vec<&String>, Vec<&String>) = now
+                let missing = keep_missing.get(k);
+                let (keep, gone): (Vec<&String>, Vec<&String>) = now.iter().partition(|m| {
+                    stays(whole_old[i], k, m, here, &c_new)
+                        || missing.is_some_and(|s| s.contains(*m))
+                });
+                for m in keep
                     .iter()
-                    .partition(|m| stays(whole_old[i], k, m, here, &c_new));
+                    .filter(|m| missing.is_some_and(|s| s.contains(**m)))
+                {
+                    kept_missing.push(("kept", k.clone(), (*m).clone()));
+                }
                 kept += keep.len();
                 removed += gone.len();
                 push_commands(&mut srem_old, old_limits[i], "SREM", k, &gone);
@@ -428,6 +445,18 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         );
     }
     if a.remove {
+        if !kept_missing.is_empty() {
+            record::append_unsure(&record::unsure_path(&path), &kept_missing)?;
+            eprintln!(
+                "warning: a new node restarted since the last copy and lacks {} members the \
+                 copies sent it (lost in the restart, or deleted through the proxy since the \
+                 switch): they were kept on their old nodes, and each is listed in {} (kept, \
+                 key, member; TSV-escaped): SADD through the proxy those your clients did not \
+                 delete",
+                kept_missing.len(),
+                record::unsure_path(&path).display()
+            );
+        }
         if !unsure.is_empty() {
             let left = unsure.iter().filter(|u| u.0 == "left").count();
             eprintln!(
@@ -500,94 +529,126 @@ fn refuse_if_new_nodes_lost(rec: &Record, c_new: &mut Cluster, path: &Path) -> R
     Ok(())
 }
 
-/// Before a copy: a new node that restarted since the last copy (its INFO
-/// `run_id` is not the one the record noted) may have lost members a copy
-/// gave it (a crash before they reached its disk), and a copy that trusted
-/// the record would not send them again: `--remove` would then delete the
-/// only copy. Each key the record says was copied there is counted
-/// (SCARD); where members are missing the key is read (SMEMBERS), and the
-/// members the record holds but the node does not become pending, so this
-/// copy sets each as its old node has it. The record then notes the
-/// `run_id` of each new node that is not an old node (an old node's is
-/// its change window's, noted by its read). True if the record changed.
-fn recheck_restarted(
-    rec: &mut Record,
+/// The members the record says were copied to a new node that restarted
+/// since the last copy (its INFO `run_id` is not the one the record noted)
+/// and that it does not hold now, as (node, key, members): it may have lost
+/// them (a crash before they reached its disk), and a copy that trusted the
+/// record would not send them again; `--remove` would then delete the only
+/// copy. Each key the record says was copied there is counted (SCARD,
+/// once per restart); those short of members are read (SMEMBERS).
+fn missing_on_restarted(
+    rec: &Record,
     c_new: &mut Cluster,
     runs: &[Option<String>],
     addrs: &[String],
-    is_old: &BTreeSet<String>,
-) -> Result<bool, String> {
-    let mut by: Vec<Vec<String>> = vec![Vec::new(); c_new.nodes.len()];
+) -> Result<Vec<(usize, String, BTreeSet<String>)>, String> {
+    let mut by: Vec<Vec<&String>> = vec![Vec::new(); c_new.nodes.len()];
     for k in rec.copied.keys() {
-        by[c_new.ring.locate(k.as_bytes())].push(k.clone());
+        by[c_new.ring.locate(k.as_bytes())].push(k);
     }
-    let mut changed = false;
+    let mut missing = Vec::new();
     for (j, keys) in by.iter().enumerate() {
         let Some(run) = &runs[j] else {
             continue;
         };
-        if rec.marks.get(&addrs[j]).is_some_and(|m| &m.instance == run) {
+        if keys.is_empty() || rec.marks.get(&addrs[j]).is_some_and(|m| &m.instance == run) {
             continue;
         }
-        if !keys.is_empty() {
-            c_new.step(j, "restarted since the last copy: counting what it holds");
-            let ask: Cmds = keys
-                .iter()
-                .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
-                .collect();
-            let counts = c_new.nodes[j].pipeline(&ask)?;
-            let short: Vec<String> = keys
-                .iter()
-                .zip(counts)
-                .filter(|(k, r)| {
-                    let want = rec.copied.get(*k).map_or(0, BTreeSet::len);
-                    !matches!(r, Reply::Int(n) if usize::try_from(*n).is_ok_and(|n| n >= want))
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            let held = c_new.nodes[j].members(&short)?;
-            let mut lost = 0usize;
-            for (k, has) in short.iter().zip(held) {
-                let has: BTreeSet<String> = has.into_iter().collect();
-                let Some(copied) = rec.copied.get_mut(k) else {
-                    continue;
-                };
-                let gone: Vec<String> = copied.difference(&has).cloned().collect();
-                if gone.is_empty() {
-                    continue;
-                }
-                lost += gone.len();
-                for m in &gone {
-                    copied.remove(m);
-                }
-                if copied.is_empty() {
-                    rec.copied.remove(k);
-                }
-                rec.pending.entry(k.clone()).or_default().extend(gone);
+        c_new.step(j, "restarted since the last copy: counting what it holds");
+        let ask: Cmds = keys
+            .iter()
+            .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
+            .collect();
+        let counts = c_new.nodes[j].pipeline(&ask)?;
+        let short: Vec<String> = keys
+            .iter()
+            .zip(counts)
+            .filter(|(k, r)| {
+                let want = rec.copied.get(**k).map_or(0, BTreeSet::len);
+                !matches!(r, Reply::Int(n) if usize::try_from(*n).is_ok_and(|n| n >= want))
+            })
+            .map(|(k, _)| (*k).clone())
+            .collect();
+        let held = c_new.nodes[j].members(&short)?;
+        for (k, has) in short.into_iter().zip(held) {
+            let has: BTreeSet<String> = has.into_iter().collect();
+            let gone: BTreeSet<String> = rec
+                .copied
+                .get(&k)
+                .map(|c| c.difference(&has).cloned().collect())
+                .unwrap_or_default();
+            if !gone.is_empty() {
+                missing.push((j, k, gone));
             }
-            if lost > 0 {
-                changed = true;
-                c_new.bar.suspend(|| {
-                    eprintln!(
-                        "warning: new node {} restarted since the last copy and lost {lost} \
-                         members of {} keys copied to it: this copy sends them again",
-                        c_new.labels[j],
-                        short.len()
-                    )
-                });
-            }
-        }
-        if !is_old.contains(&addrs[j]) {
-            let mark = Mark {
-                instance: run.clone(),
-                next: 0,
-                listed: 0,
-            };
-            rec.marks.insert(addrs[j].clone(), mark);
-            changed = true;
         }
     }
-    Ok(changed)
+    Ok(missing)
+}
+
+/// Before a copy: the members [`missing_on_restarted`] found become
+/// pending, so this copy sets each as its old node has it (sends again
+/// those it still has), with a warning. True if the record changed.
+fn resend_missing(
+    rec: &mut Record,
+    c_new: &Cluster,
+    missing: Vec<(usize, String, BTreeSet<String>)>,
+) -> bool {
+    let mut per_node: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+    let changed = !missing.is_empty();
+    for (j, k, gone) in missing {
+        let e = per_node.entry(j).or_default();
+        e.0 += gone.len();
+        e.1 += 1;
+        if let Some(copied) = rec.copied.get_mut(&k) {
+            for m in &gone {
+                copied.remove(m);
+            }
+            if copied.is_empty() {
+                rec.copied.remove(&k);
+            }
+        }
+        rec.pending.entry(k).or_default().extend(gone);
+    }
+    for (j, (lost, keys)) in per_node {
+        c_new.bar.suspend(|| {
+            eprintln!(
+                "warning: new node {} restarted since the last copy and lost {lost} \
+                 members of {keys} keys copied to it: this copy sends them again",
+                c_new.labels[j]
+            )
+        });
+    }
+    changed
+}
+
+/// Notes the `run_id` of each new node that is not an old node (an old
+/// node's is its change window's, noted by its read), so that the next run
+/// tells whether it restarted. True if the record changed.
+fn note_new_runs(
+    rec: &mut Record,
+    runs: &[Option<String>],
+    addrs: &[String],
+    is_old: &BTreeSet<String>,
+) -> bool {
+    let mut changed = false;
+    for (j, run) in runs.iter().enumerate() {
+        let Some(run) = run else {
+            continue;
+        };
+        if is_old.contains(&addrs[j])
+            || rec.marks.get(&addrs[j]).is_some_and(|m| &m.instance == run)
+        {
+            continue;
+        }
+        let mark = Mark {
+            instance: run.clone(),
+            next: 0,
+            listed: 0,
+        };
+        rec.marks.insert(addrs[j].clone(), mark);
+        changed = true;
+    }
+    changed
 }
 
 /// The keys the record names (copied or pending) by their old node, each
