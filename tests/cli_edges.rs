@@ -891,6 +891,12 @@ fn a_bare_wait_stands_anywhere() {
     // was taken for a command name, and `--wait -1` for a stray option.
     // The first waits without limit; the second is refused as a wait.
     ok(run(&["--wait", "1e20", "insert", p, "a", "r", "f"]));
+    // A word that parses as a number but is not written as one (`nan`,
+    // `infinity`) is not taken for a wait: it may be a store's name.
+    fails(
+        &run(&["insert", "--wait", "nan", "a", "r", "f"]),
+        &["nan: no such store file"],
+    );
     usage(
         &run(&["--wait", "-1", "insert", p, "a", "r", "g"]),
         &["--wait", "a wait cannot be negative"],

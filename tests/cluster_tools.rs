@@ -1098,3 +1098,99 @@ fn reshard_copy_sends_again_what_a_restarted_new_node_lost() {
     let reference = reference(tmp.path(), &truth);
     same_finds(&mut c.conn(), &reference, &truth, &[]);
 }
+
+/// Each key's node under `cfg` (`tagstore ring --file`).
+fn placed(cfg: &str, keys: &[String], dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let f = dir.join("placed-keys.txt");
+    let text: String = keys
+        .iter()
+        .map(|k| format!("{}\n", tsv::escape(k)))
+        .collect();
+    fs::write(&f, text).unwrap();
+    ok(&["ring", cfg, "--file", f.to_str().unwrap()])
+        .lines()
+        .map(|l| {
+            let (k, n) = l.rsplit_once('\t').unwrap();
+            (tsv::unescape(k).unwrap(), n.to_owned())
+        })
+        .collect()
+}
+
+/// The members of `k` on the node at `port`.
+fn members_on(port: u16, k: &str) -> BTreeSet<String> {
+    let mut conn = Conn::open(port).expect("connect to a node");
+    conn.send(&[b"SMEMBERS", k.as_bytes()]);
+    match conn.reply().expect("SMEMBERS") {
+        Reply::Array(items) => items
+            .into_iter()
+            .map(|i| match i {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
+                o => panic!("{o:?}"),
+            })
+            .collect(),
+        o => panic!("{o:?}"),
+    }
+}
+
+/// Regression (a review's, 2026-11-30): on nodes of whole tags, a member
+/// `--remove` kept on its old node for a restarted new node that lacked
+/// it was removed anyway by the SREM of its tag's other key (moving to
+/// another node), and then sat on no node the proxy reads. Here node 2 is
+/// replaced by node 3; a tag whose `o` key moves to node 3 and whose `s`
+/// key moves to node 0 or 1 is lost on node 3, which restarts.
+#[test]
+fn reshard_remove_keeps_a_lacked_member_whole_on_whole_tag_nodes() {
+    let tags = make_tags(71, 3000);
+    let Some((tmp, mut c, old)) = three_of(4, &[], &tags) else {
+        return;
+    };
+    let mut cfg = format!(
+        "tags:\n  listen: 127.0.0.1:{}\n  hash: md5\n  distribution: ketama\n  \
+         auto_eject_hosts: false\n  redis: true\n  servers:\n",
+        free_port()
+    );
+    for i in [0usize, 1, 3] {
+        cfg.push_str(&format!("   - 127.0.0.1:{}:1 n{i}\n", c.nodes[i].port));
+    }
+    let new_path = tmp.path().join("new.yml");
+    fs::write(&new_path, cfg).unwrap();
+    let new = new_path.to_str().unwrap().to_owned();
+    ok(&["cluster", "reshard", &old, &new]);
+    let keys: Vec<String> = tags.iter().flat_map(|t| [o_key(t), s_key(t)]).collect();
+    let (po, pn) = (
+        placed(&old, &keys, tmp.path()),
+        placed(&new, &keys, tmp.path()),
+    );
+    let victim = tags
+        .iter()
+        .find(|t| {
+            let (k, k2) = (o_key(t), s_key(t));
+            po[&k] == "n2" && po[&k2] == "n2" && pn[&k] == "n3" && pn[&k2] != "n3"
+        })
+        .expect("a tag placed so")
+        .clone();
+    let (k, m) = (o_key(&victim), victim.subject.clone());
+    let mut conn = Conn::open(c.nodes[3].port).unwrap();
+    conn.send(&[b"SREM", k.as_bytes(), m.as_bytes()]);
+    assert_eq!(conn.reply().unwrap(), Reply::Int(1));
+    drop(conn);
+    c.kill_and_restart(3);
+    let (code, out, err) = tagstore(&["cluster", "reshard", &old, &new, "--remove"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("lacks 1 members"), "{err}");
+    assert!(out.contains("a restarted new node lacks"), "{out}");
+    let unsure = fs::read_to_string(tmp.path().join("new.yml.reshard.unsure")).unwrap();
+    assert_eq!(
+        unsure,
+        format!("kept\t{}\t{}\n", tsv::escape(&k), tsv::escape(&m)),
+        "{unsure}"
+    );
+    assert!(
+        members_on(c.nodes[2].port, &k).contains(&m),
+        "the kept member is gone from its old node"
+    );
+    assert!(
+        members_on(c.nodes[2].port, &s_key(&victim)).contains(&victim.object),
+        "the kept member's tag lost its other half on its old node"
+    );
+}

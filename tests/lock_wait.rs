@@ -245,6 +245,13 @@ fn cli_wait_for_library_holder() {
     let args = ["--wait", "0.2", "insert", p, "a", "b", "c"];
     let (_, _, err) = wait_child(spawn_cli(&args), Duration::from_secs(10), "--wait 0.2");
     assert!(err.contains("gave up after the --wait of 0.2 s"), "{err}");
+    // A wait under the grace waits the grace, and says so.
+    let args = ["--wait", "0", "insert", p, "a", "b", "c"];
+    let (_, _, err) = wait_child(spawn_cli(&args), Duration::from_secs(10), "--wait 0");
+    assert!(
+        err.contains("gave up after the --wait of 0 s, and the 0.1 s grace"),
+        "{err}"
+    );
 
     let started = Instant::now();
     let waiter = start_waiter(p);

@@ -247,11 +247,18 @@ impl From<Error> for Fail {
             )),
             // A `--wait N` that ran out says so (a review, 2026-11-30: the
             // message was the one of an open that never waited).
-            Error::Locked(p) if wait().is_some() => Fail::Error(format!(
-                "{} (gave up after the --wait of {} s)",
-                Error::Locked(p),
-                wait().map_or(0.0, |d| d.as_secs_f64())
-            )),
+            Error::Locked(p) if wait().is_some() => {
+                let s = wait().map_or(0.0, |d| d.as_secs_f64());
+                // A wait under the grace waits the grace (`pager/file.rs`).
+                let grace = match s < 0.1 {
+                    true => ", and the 0.1 s grace",
+                    false => "",
+                };
+                Fail::Error(format!(
+                    "{} (gave up after the --wait of {s} s{grace})",
+                    Error::Locked(p)
+                ))
+            }
             // `create` over a directory, FIFO or device: named as such,
             // not as a file that exists.
             Error::AlreadyExists(p) if !is_regular_file(&p) => {
@@ -397,8 +404,15 @@ fn bare_waits(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::O
             // A number is the wait's value even when it is not a valid one:
             // joined to it, `--wait -1` is refused as a wait, not as a
             // stray option.
+            // Written as a number (not `nan` or `infinity`, which could
+            // be a store's name): digits, a point or a sign first.
+            let numeric = |v: &str| {
+                v == "inf"
+                    || (v.parse::<f64>().is_ok()
+                        && v.starts_with(|c: char| c.is_ascii_digit() || ".+-".contains(c)))
+            };
             match args.get(i + 1).and_then(|v| v.to_str()) {
-                Some(v) if v == "inf" || v.parse::<f64>().is_ok() => {
+                Some(v) if numeric(v) => {
                     args[i] = format!("--wait={v}").into();
                     args.remove(i + 1);
                 }

@@ -194,8 +194,19 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let missing = missing_on_restarted(&rec, &mut c_new, &runs_new, &addrs)?;
     // At --remove: kept on their old nodes (key -> members), listed.
     let mut keep_missing: Sets = Sets::new();
+    // ... and, on a node of whole tags, the same tags under their other
+    // key (an SREM there would remove the kept member's tag too).
+    let mut keep_other: BTreeSet<(String, String)> = BTreeSet::new();
     if a.remove {
         keep_missing = missing.into_iter().map(|(_, k, m)| (k, m)).collect();
+        for (k, ms) in &keep_missing {
+            if let Some((half, rel, name)) = parse_key(k) {
+                let other = if half == 'o' { 's' } else { 'o' };
+                for m in ms {
+                    keep_other.insert((key(other, rel, m), name.to_owned()));
+                }
+            }
+        }
     } else {
         let is_old: BTreeSet<String> = (0..old.servers.len()).map(|i| addr(&old, i)).collect();
         let changed = resend_missing(&mut rec, &c_new, missing);
@@ -261,6 +272,9 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let mut moved_in = vec![0usize; new.servers.len()];
     let mut moved_out = vec![0usize; old.servers.len()];
     let (mut added, mut deleted, mut removed, mut kept) = (0usize, 0usize, 0usize, 0usize);
+    // Kept at --remove for a restarted new node's sake: the tags' other
+    // halves on nodes of whole tags (the members themselves are listed).
+    let mut kept_with = 0usize;
     // Pending members at --remove (the last copy failed), found on their
     // old node (copied now) or not (left as they are): (state, key, member).
     let mut unsure: Vec<(&str, String, String)> = Vec::new();
@@ -322,15 +336,20 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 // goes (kept, it would be a stale copy that a later
                 // reshard or repair brings back after a delete).
                 let missing = keep_missing.get(k);
-                let (keep, gone): (Vec<&String>, Vec<&String>) = now.iter().partition(|m| {
-                    stays(whole_old[i], k, m, here, &c_new)
-                        || missing.is_some_and(|s| s.contains(*m))
-                });
-                for m in keep
+                let lacked = |m: &String| {
+                    missing.is_some_and(|s| s.contains(m))
+                        || (whole_old[i] && keep_other.contains(&(k.clone(), m.clone())))
+                };
+                let (keep, gone): (Vec<&String>, Vec<&String>) = now
                     .iter()
-                    .filter(|m| missing.is_some_and(|s| s.contains(**m)))
-                {
-                    kept_missing.push(("kept", k.clone(), (*m).clone()));
+                    .partition(|m| stays(whole_old[i], k, m, here, &c_new) || lacked(m));
+                for m in &keep {
+                    if missing.is_some_and(|s| s.contains(*m)) {
+                        kept_missing.push(("kept", k.clone(), (*m).clone()));
+                    } else if !stays(whole_old[i], k, m, here, &c_new) {
+                        // The other half of a kept member's tag.
+                        kept_with += 1;
+                    }
                 }
                 kept += keep.len();
                 removed += gone.len();
@@ -448,12 +467,16 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         if !kept_missing.is_empty() {
             record::append_unsure(&record::unsure_path(&path), &kept_missing)?;
             eprintln!(
-                "warning: a new node restarted since the last copy and lacks {} members the \
-                 copies sent it (lost in the restart, or deleted through the proxy since the \
-                 switch): they were kept on their old nodes, and each is listed in {} (kept, \
-                 key, member; TSV-escaped): SADD through the proxy those your clients did not \
-                 delete",
+                "warning: a new node restarted since the last copy (or the record, from an \
+                 older build, did not note it) and lacks {} members the copies sent it (lost \
+                 in the restart, or deleted through the proxy since the switch): they were \
+                 kept on their old nodes{}, and each is listed in {} (kept, key, member; \
+                 TSV-escaped): SADD through the proxy those your clients did not delete",
                 kept_missing.len(),
+                match kept_with {
+                    0 => String::new(),
+                    n => format!(" (with {n} members of their tags' other keys)"),
+                },
                 record::unsure_path(&path).display()
             );
         }
@@ -474,9 +497,17 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
             out,
             "new nodes: added {added} members written since the last copy"
         );
+        // The kept count is the one it always was (the tag's other half
+        // stays there); those kept for a restarted new node follow.
+        let for_restart = kept_missing.len() + kept_with;
+        let tail = match for_restart {
+            0 => String::new(),
+            n => format!("; kept {n} a restarted new node lacks"),
+        };
         say!(
             out,
-            "removed {removed} members from their old nodes; kept {kept} whose tag's other half stays there"
+            "removed {removed} members from their old nodes; kept {} whose tag's other half stays there{tail}",
+            kept - for_restart
         );
         Record::remove(&path)?;
     } else {
