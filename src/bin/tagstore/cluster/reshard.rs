@@ -196,14 +196,17 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     let mut keep_missing: Sets = Sets::new();
     // ... and, on a node of whole tags, the same tags under their other
     // key (an SREM there would remove the kept member's tag too).
-    let mut keep_other: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut keep_other: Sets = Sets::new();
     if a.remove {
         keep_missing = missing.into_iter().map(|(_, k, m)| (k, m)).collect();
         for (k, ms) in &keep_missing {
             if let Some((half, rel, name)) = parse_key(k) {
                 let other = if half == 'o' { 's' } else { 'o' };
                 for m in ms {
-                    keep_other.insert((key(other, rel, m), name.to_owned()));
+                    keep_other
+                        .entry(key(other, rel, m))
+                        .or_default()
+                        .insert(name.to_owned());
                 }
             }
         }
@@ -336,22 +339,21 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
                 // goes (kept, it would be a stale copy that a later
                 // reshard or repair brings back after a delete).
                 let missing = keep_missing.get(k);
-                let lacked = |m: &String| {
-                    missing.is_some_and(|s| s.contains(m))
-                        || (whole_old[i] && keep_other.contains(&(k.clone(), m.clone())))
-                };
-                let (keep, gone): (Vec<&String>, Vec<&String>) = now
-                    .iter()
-                    .partition(|m| stays(whole_old[i], k, m, here, &c_new) || lacked(m));
-                for m in &keep {
-                    if missing.is_some_and(|s| s.contains(*m)) {
-                        kept_missing.push(("kept", k.clone(), (*m).clone()));
+                let other = keep_other.get(k).filter(|_| whole_old[i]);
+                let mut gone: Vec<&String> = Vec::new();
+                for m in now {
+                    if missing.is_some_and(|s| s.contains(m)) {
+                        kept_missing.push(("kept", k.clone(), m.clone()));
                     } else if !stays(whole_old[i], k, m, here, &c_new) {
+                        if !other.is_some_and(|s| s.contains(m)) {
+                            gone.push(m);
+                            continue;
+                        }
                         // The other half of a kept member's tag.
                         kept_with += 1;
                     }
+                    kept += 1;
                 }
-                kept += keep.len();
                 removed += gone.len();
                 push_commands(&mut srem_old, old_limits[i], "SREM", k, &gone);
             }
@@ -530,19 +532,12 @@ const NEW_NODE_SAMPLE: usize = 1000;
 /// `--remove` would then delete the only copy (a review lost a quarter of
 /// a cluster so).
 fn refuse_if_new_nodes_lost(rec: &Record, c_new: &mut Cluster, path: &Path) -> Result<(), String> {
-    let mut by: Vec<Vec<&String>> = vec![Vec::new(); c_new.nodes.len()];
-    for k in rec.copied.keys() {
-        by[c_new.ring.locate(k.as_bytes())].push(k);
-    }
+    let by = copied_by_new_node(rec, c_new);
     for (j, keys) in by.iter().enumerate() {
         if keys.len() < GONE_ALL {
             continue;
         }
-        let ask: Cmds = keys
-            .iter()
-            .take(NEW_NODE_SAMPLE)
-            .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
-            .collect();
+        let ask = scards(keys.iter().take(NEW_NODE_SAMPLE));
         c_new.step(j, "checking that it holds what was copied to it");
         let replies = c_new.nodes[j].pipeline(&ask)?;
         if replies.iter().all(|r| *r == Reply::Int(0)) {
@@ -560,6 +555,21 @@ fn refuse_if_new_nodes_lost(rec: &Record, c_new: &mut Cluster, path: &Path) -> R
     Ok(())
 }
 
+/// The keys the record says were copied, by the new node they went to.
+fn copied_by_new_node<'r>(rec: &'r Record, c_new: &Cluster) -> Vec<Vec<&'r String>> {
+    let mut by = vec![Vec::new(); c_new.nodes.len()];
+    for k in rec.copied.keys() {
+        by[c_new.ring.locate(k.as_bytes())].push(k);
+    }
+    by
+}
+
+/// `SCARD key` for each key.
+fn scards<'k>(keys: impl Iterator<Item = &'k &'k String>) -> Cmds {
+    keys.map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
+        .collect()
+}
+
 /// The members the record says were copied to a new node that restarted
 /// since the last copy (its INFO `run_id` is not the one the record noted)
 /// and that it does not hold now, as (node, key, members): it may have lost
@@ -573,10 +583,7 @@ fn missing_on_restarted(
     runs: &[Option<String>],
     addrs: &[String],
 ) -> Result<Vec<(usize, String, BTreeSet<String>)>, String> {
-    let mut by: Vec<Vec<&String>> = vec![Vec::new(); c_new.nodes.len()];
-    for k in rec.copied.keys() {
-        by[c_new.ring.locate(k.as_bytes())].push(k);
-    }
+    let by = copied_by_new_node(rec, c_new);
     let mut missing = Vec::new();
     for (j, keys) in by.iter().enumerate() {
         let Some(run) = &runs[j] else {
@@ -586,10 +593,7 @@ fn missing_on_restarted(
             continue;
         }
         c_new.step(j, "restarted since the last copy: counting what it holds");
-        let ask: Cmds = keys
-            .iter()
-            .map(|k| vec![b"SCARD".to_vec(), k.as_bytes().to_vec()])
-            .collect();
+        let ask = scards(keys.iter());
         let counts = c_new.nodes[j].pipeline(&ask)?;
         let short: Vec<String> = keys
             .iter()
