@@ -401,11 +401,10 @@ fn bare_waits(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::O
             break;
         }
         if args[i] == "--wait" {
-            // A number is the wait's value even when it is not a valid one:
-            // joined to it, `--wait -1` is refused as a wait, not as a
-            // stray option.
-            // Written as a number (not `nan` or `infinity`, which could
-            // be a store's name): digits, a point or a sign first.
+            // A word written as a number (digits, a point or a sign first;
+            // not `nan` or `infinity`, which could be a store's name) is
+            // the wait's value even when not a valid one: joined to it,
+            // `--wait -1` is refused as a wait, not as a stray option.
             let numeric = |v: &str| {
                 v == "inf"
                     || (v.parse::<f64>().is_ok()
