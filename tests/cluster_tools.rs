@@ -1119,17 +1119,7 @@ fn placed(cfg: &str, keys: &[String], dir: &Path) -> std::collections::BTreeMap<
 /// The members of `k` on the node at `port`.
 fn members_on(port: u16, k: &str) -> BTreeSet<String> {
     let mut conn = Conn::open(port).expect("connect to a node");
-    conn.send(&[b"SMEMBERS", k.as_bytes()]);
-    match conn.reply().expect("SMEMBERS") {
-        Reply::Array(items) => items
-            .into_iter()
-            .map(|i| match i {
-                Reply::Bulk(Some(b)) => String::from_utf8(b).unwrap(),
-                o => panic!("{o:?}"),
-            })
-            .collect(),
-        o => panic!("{o:?}"),
-    }
+    conn.smembers(k).expect("SMEMBERS")
 }
 
 /// Regression (a review's, 2026-11-30): on nodes of whole tags, a member
