@@ -333,18 +333,31 @@ pub fn unsure_path(path: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// Appends `(state, key, member)` lines to `list`, TSV-escaped, synced.
+/// Appends `(state, key, member)` lines to `list`, TSV-escaped, synced;
+/// a line the list holds already is not written again (a `--remove` run
+/// again after a failure lists the same members).
 pub fn append_unsure(list: &Path, rows: &[(&str, String, String)]) -> Result<(), String> {
-    let mut text = String::new();
-    for (state, k, m) in rows {
-        text.push_str(state);
-        text.push('\t');
-        text.push_str(&tsv::escape(k));
-        text.push('\t');
-        text.push_str(&tsv::escaped(m));
-        text.push('\n');
-    }
     let err = |e: std::io::Error| format!("writing {}: {e}", list.display());
+    let had = match fs::read(list) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("reading {}: {e}", list.display())),
+    };
+    let mut seen: BTreeSet<&[u8]> = had.split(|&b| b == b'\n').collect();
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|(state, k, m)| format!("{state}\t{}\t{}", tsv::escape(k), tsv::escaped(m)))
+        .collect();
+    let mut text = String::new();
+    for line in &lines {
+        if seen.insert(line.as_bytes()) {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    if text.is_empty() {
+        return Ok(());
+    }
     let mut f = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -385,6 +398,27 @@ fn sync_parent(path: &Path) {
 mod tests {
     use super::*;
     use crate::cluster::config::test_pool;
+
+    /// Regression (last session's note): a `--remove` run again after a
+    /// failure appended its `kept` lines to the unsure list a second time.
+    #[test]
+    fn the_unsure_list_holds_each_line_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let list = dir.path().join("r.unsure");
+        let rows = |ms: &[&str]| -> Vec<(&str, String, String)> {
+            ms.iter()
+                .map(|m| ("kept", "o:1:r:k\tx".to_owned(), (*m).to_owned()))
+                .collect()
+        };
+        append_unsure(&list, &rows(&["a", "b\nc"])).expect("first");
+        append_unsure(&list, &rows(&["b\nc", "d", "d"])).expect("again");
+        append_unsure(&list, &rows(&["a"])).expect("nothing new");
+        let text = fs::read_to_string(&list).expect("read");
+        assert_eq!(
+            text,
+            "kept\to:1:r:k\\tx\ta\nkept\to:1:r:k\\tx\tb\\nc\nkept\to:1:r:k\\tx\td\n"
+        );
+    }
 
     /// Adds member `m` to key `k` of `sets`.
     fn add(sets: &mut Sets, k: &str, m: &str) {
