@@ -1099,6 +1099,54 @@ fn reshard_copy_sends_again_what_a_restarted_new_node_lost() {
     same_finds(&mut c.conn(), &reference, &truth, &[]);
 }
 
+/// Regression (last session's note): on nodes of whole tags a restarted
+/// new node's loss could hide behind another key's SADD there (a whole tag
+/// adds to both its keys), since the copy counted each copied key (SCARD)
+/// and read only those short of members. Every key copied to such a node
+/// is read now. Here a subject key moved to node 3 loses one object there,
+/// a tag written to node 3 alone adds another, and node 3 restarts.
+#[test]
+fn reshard_copy_reads_every_key_of_a_restarted_whole_tag_node() {
+    let tags = make_tags(73, 3000);
+    let Some((tmp, mut c, old)) = three_of(4, &[], &tags) else {
+        return;
+    };
+    let new = c.write_config(4, "new.yml");
+    ok(&["cluster", "reshard", &old, &new]);
+    let keys: Vec<String> = tags.iter().flat_map(|t| [o_key(t), s_key(t)]).collect();
+    let pn = placed(&new, &keys, tmp.path());
+    let victim = tags
+        .iter()
+        .find(|t| pn[&s_key(t)] == "n3" && pn[&o_key(t)] != "n3")
+        .expect("a tag placed so")
+        .clone();
+    let (k, port) = (s_key(&victim), c.nodes[3].port);
+    let before = members_on(port, &k);
+    assert!(before.contains(&victim.object), "not copied: {k}");
+    let mut conn = Conn::open(port).unwrap();
+    conn.send(&[b"SREM", k.as_bytes(), victim.object.as_bytes()]);
+    assert_eq!(conn.reply().unwrap(), Reply::Int(1));
+    let rel = &victim.relationship;
+    let stray = format!("o:{}:{rel}:stray-object", rel.len());
+    conn.send(&[b"SADD", stray.as_bytes(), victim.subject.as_bytes()]);
+    assert_eq!(conn.reply().unwrap(), Reply::Int(1));
+    drop(conn);
+    assert_eq!(
+        members_on(port, &k).len(),
+        before.len(),
+        "the count made up"
+    );
+    c.kill_and_restart(3);
+    let (code, out, err) = tagstore(&["cluster", "reshard", &old, &new]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("lost 1 members of 1 keys"), "{err}");
+    assert!(out.contains("new nodes: added 1 members"), "{out}");
+    assert!(
+        members_on(port, &k).contains(&victim.object),
+        "the lost member was not sent again"
+    );
+}
+
 /// Each key's node under `cfg` (`tagstore ring --file`).
 fn placed(cfg: &str, keys: &[String], dir: &Path) -> std::collections::BTreeMap<String, String> {
     let f = dir.join("placed-keys.txt");

@@ -191,7 +191,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     // user re-created it); one that lost a part is sent it again.
     refuse_if_new_nodes_lost(&rec, &mut c_new, &path)?;
     let addrs: Vec<String> = (0..new.servers.len()).map(|j| addr(&new, j)).collect();
-    let missing = missing_on_restarted(&rec, &mut c_new, &runs_new, &addrs)?;
+    let missing = missing_on_restarted(&rec, &mut c_new, &runs_new, &whole_new, &addrs)?;
     // At --remove: kept on their old nodes (key -> members), listed.
     let mut keep_missing: Sets = Sets::new();
     // ... and, on a node of whole tags, the same tags under their other
@@ -576,11 +576,14 @@ fn scards<'k>(keys: impl Iterator<Item = &'k &'k String>) -> Cmds {
 /// them (a crash before they reached its disk), and a copy that trusted the
 /// record would not send them again; `--remove` would then delete the only
 /// copy. Each key the record says was copied there is counted (SCARD,
-/// once per restart); those short of members are read (SMEMBERS).
+/// once per restart); those short of members are read (SMEMBERS). On a
+/// node of whole tags (`whole`) every such key is read: another key's SADD
+/// there adds to it too, so a count could make up for a loss.
 fn missing_on_restarted(
     rec: &Record,
     c_new: &mut Cluster,
     runs: &[Option<String>],
+    whole: &[bool],
     addrs: &[String],
 ) -> Result<Vec<(usize, String, BTreeSet<String>)>, String> {
     let by = copied_by_new_node(rec, c_new);
@@ -592,18 +595,22 @@ fn missing_on_restarted(
         if keys.is_empty() || rec.marks.get(&addrs[j]).is_some_and(|m| &m.instance == run) {
             continue;
         }
-        c_new.step(j, "restarted since the last copy: counting what it holds");
-        let ask = scards(keys.iter());
-        let counts = c_new.nodes[j].pipeline(&ask)?;
-        let short: Vec<String> = keys
-            .iter()
-            .zip(counts)
-            .filter(|(k, r)| {
-                let want = rec.copied.get(**k).map_or(0, BTreeSet::len);
-                !matches!(r, Reply::Int(n) if usize::try_from(*n).is_ok_and(|n| n >= want))
-            })
-            .map(|(k, _)| (*k).clone())
-            .collect();
+        let short: Vec<String> = if whole.get(j).copied().unwrap_or(true) {
+            c_new.step(j, "restarted since the last copy: reading what it holds");
+            keys.iter().map(|k| (*k).clone()).collect()
+        } else {
+            c_new.step(j, "restarted since the last copy: counting what it holds");
+            let ask = scards(keys.iter());
+            let counts = c_new.nodes[j].pipeline(&ask)?;
+            keys.iter()
+                .zip(counts)
+                .filter(|(k, r)| {
+                    let want = rec.copied.get(**k).map_or(0, BTreeSet::len);
+                    !matches!(r, Reply::Int(n) if usize::try_from(*n).is_ok_and(|n| n >= want))
+                })
+                .map(|(k, _)| (*k).clone())
+                .collect()
+        };
         let held = c_new.nodes[j].members(&short)?;
         for (k, has) in short.into_iter().zip(held) {
             let has: BTreeSet<String> = has.into_iter().collect();
