@@ -612,6 +612,13 @@ fn pick_and_move_commands_match_a_model() {
         got.err_text(),
         "ERR value is not an integer or out of range"
     );
+    // The one i64 Redis takes as no count (a review's, 2026-11-30).
+    let got = c.call(&["SRANDMEMBER", &okey("r", "a"), "-9223372036854775808"]);
+    assert_eq!(
+        got.err_text(),
+        "ERR value is out of range, value must between -9223372036854775807 and \
+         9223372036854775807"
+    );
     // A destination whose object passes `MAX_STRING_BYTES`: refused.
     let long = "x".repeat(65_537);
     assert_eq!(c.call(&["SADD", &okey("r", "a"), "m"]), R::Int(1));

@@ -60,6 +60,15 @@ pub fn srandmember(
 ) -> Result<(), Failure> {
     let key = keys::parse_key(rest[0])?;
     let n = count(rest)?;
+    if n == Some(i64::MIN) {
+        // Redis takes the count in [-i64::MAX, i64::MAX].
+        return Err(
+            "value is out of range, value must between -9223372036854775807 and \
+                    9223372036854775807"
+                .to_owned()
+                .into(),
+        );
+    }
     let mut members = keys::member_list(ctx.store, &key)?;
     match n {
         None => match members.is_empty() {
