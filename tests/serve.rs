@@ -1964,6 +1964,38 @@ fn a_lost_strings_file_is_said_at_start() {
     );
 }
 
+/// A review found a large server busy for a while after SIGTERM without a
+/// word: it now says it stopped serving and is closing the store, and when
+/// the store is closed.
+#[test]
+fn sigterm_says_the_store_is_closing_and_closed() {
+    let (_d, path) = temp_store();
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tagstore serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    assert!(line.starts_with("listening on "), "{line}");
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signalling our own child, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success(), "{:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let name = path.display().to_string();
+    let closing = err.find(&format!("stopped serving; closing {name}"));
+    let closed = err.find(&format!("closed {name} in "));
+    assert!(closing.is_some() && closed > closing, "{err}");
+}
+
 /// Hot sets (DESIGN.md §5.3.2): a set of 256 members or more read whole
 /// three times is answered from a copy, which every write to it (SADD,
 /// SREM, SMOVE in and out, DEL, SPOP) must drop; whole-tag and half-only

@@ -152,13 +152,31 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
             DurabilityArg::OnSync => "on-sync",
         },
     };
+    if let Err(e) = server::install_signals() {
+        let _ = store.close();
+        return Err(Fail::Error(format!("installing the SIGTERM handler: {e}")));
+    }
     let mut stdout = std::io::stdout();
     if let Err(e) = writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush()) {
         let _ = store.close();
         return Err(Fail::Error(format!("writing to stdout: {e}")));
     }
     let served = server::run(listener, &store, &cfg);
+    // Closing writes what is not on the disk yet: seconds for a large
+    // store in durability `none`, so it is said.
+    eprintln!(
+        "tagstore serve: stopped serving; closing {}",
+        a.store.display()
+    );
+    let t = std::time::Instant::now();
     let closed = store.close();
+    if closed.is_ok() {
+        eprintln!(
+            "tagstore serve: closed {} in {:.1} s",
+            a.store.display(),
+            t.elapsed().as_secs_f64()
+        );
+    }
     served.map_err(|e| Fail::Error(format!("serving: {e}")))?;
     closed.map_err(|e| {
         Fail::Error(format!(

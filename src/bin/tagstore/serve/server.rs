@@ -40,8 +40,9 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 /// Installs the handler, without `SA_RESTART`, so that a signal also wakes
-/// the loop's `poll` at once.
-fn install_signals() -> io::Result<()> {
+/// the loop's `poll` at once. Called before `listening on` is printed: a
+/// SIGTERM sent as soon as that line is read must stop the server cleanly.
+pub fn install_signals() -> io::Result<()> {
     for sig in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: a zeroed sigaction with an empty mask and a handler that
         // only stores to an atomic is a valid, async-signal-safe action.
@@ -68,7 +69,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Serves until SIGTERM or SIGINT, then stops reading, answers (and
 /// commits) what was read, and returns once every connection has ended.
 pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()> {
-    install_signals()?;
     listener.set_nonblocking(true)?;
     let changes = super::changes::Changes::default();
     let facts = Facts {
