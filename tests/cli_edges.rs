@@ -52,9 +52,10 @@ fn inserted_before(err: &str) -> usize {
         .unwrap_or_else(|| panic!("no count in {err:?}"))
 }
 
-/// Runs the CLI with its file-size limit (RLIMIT_FSIZE) at `limit` bytes and
-/// SIGXFSZ ignored, so a write past `limit` fails with EFBIG, as a full disk
-/// fails with ENOSPC, instead of killing the process.
+/// Runs the CLI with its file-size limit (RLIMIT_FSIZE) at `limit` bytes,
+/// SIGXFSZ at its default as under a shell's `ulimit -f`: the CLI ignores
+/// it, so a write past `limit` fails with EFBIG, as a full disk fails with
+/// ENOSPC, instead of killing the process.
 fn run_size_limited(args: &[&str], limit: u64) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.args(args);

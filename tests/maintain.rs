@@ -1387,7 +1387,8 @@ fn failed_rewrite_leaves_the_old_store() {
             if libc::setrlimit(libc::RLIMIT_FSIZE, &rl) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            // At its default, as under `ulimit -f`: the CLI ignores it.
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
             Ok(())
         });
     }

@@ -162,8 +162,11 @@ pub fn link_dirs() -> LinkDirs {
 }
 
 /// Sets `cmd`'s file-size limit (RLIMIT_FSIZE) to `limit` bytes, with
-/// SIGXFSZ ignored, so a write past `limit` fails with EFBIG, as a full
-/// disk fails with ENOSPC, instead of killing the process.
+/// SIGXFSZ at its default (the process is killed by it), as a shell's
+/// `ulimit -f` leaves it: the binary ignores SIGXFSZ itself, so a write
+/// past `limit` fails with EFBIG, as a full disk fails with ENOSPC.
+/// (Regression, a review's: the tests used to ignore it for the binary,
+/// which died silently under `ulimit -f`.)
 pub fn limit_file_size(cmd: &mut Command, limit: u64) {
     use std::os::unix::process::CommandExt;
     // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs
@@ -177,7 +180,7 @@ pub fn limit_file_size(cmd: &mut Command, limit: u64) {
             if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
             Ok(())
         });
     }

@@ -424,6 +424,14 @@ fn bare_waits(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::O
 }
 
 fn main() -> ExitCode {
+    // A file-size limit (`ulimit -f`) makes a write past it fail with EFBIG,
+    // reported like a full disk (what was done, what stays), instead of
+    // killing the process with SIGXFSZ mid-write, silent and unclean.
+    // SAFETY: setting a signal's disposition to "ignore" before any thread
+    // starts; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse_from(bare_waits(std::env::args_os()));
     let _ = WAIT.set(cli.wait.map(|w| w.0));
     match run(cli) {
