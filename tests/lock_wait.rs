@@ -317,3 +317,44 @@ fn cli_wait_for_process_holder() {
         ])
     );
 }
+
+/// Regression (a review's, 2026-11-30): a writer waiting for the store
+/// never got it while readers kept overlapping (each retry found some
+/// reader holding the shared lock; `insert --wait` waited forever behind
+/// three `find` loops). A waiting writer now takes the writer's turn, new
+/// readers wait behind it, and it gets in once the readers open at that
+/// moment close. Four reader threads, staggered, each holding the store
+/// 40 ms and opening it again at once; the writer waits up to 20 s.
+#[test]
+fn a_waiting_writer_is_not_starved_by_overlapping_readers() {
+    let (_serial, _dir, path) = setup();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let wait = Some(Duration::from_secs(60));
+    std::thread::scope(|s| {
+        for i in 0..4u64 {
+            let (path, stop) = (&path, &stop);
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(10 * i));
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let opts = OpenOptions {
+                        read_only: true,
+                        wait,
+                    };
+                    let r = Store::open_with_options(path, &opts).expect("reader: open");
+                    std::thread::sleep(Duration::from_millis(40));
+                    r.close().expect("reader: close");
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let opts = OpenOptions {
+            read_only: false,
+            wait: Some(Duration::from_secs(20)),
+        };
+        let w = Store::open_with_options(&path, &opts);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let w = w.expect("the writer got the store while readers took turns");
+        assert!(w.insert(&Tag::new("writer", "isa", "in")).expect("insert"));
+        w.close().expect("close");
+    });
+}

@@ -113,28 +113,72 @@ fn headroom(len: u64) -> u64 {
 /// reopened in that moment would otherwise be refused as locked.
 const LOCK_GRACE: Duration = Duration::from_millis(100);
 
+/// The byte whose lock marks a writer's turn: a writer that finds the
+/// store held takes it (an OFD byte-range lock, apart from the `flock` of
+/// the whole file), and readers that see it taken wait as if the store
+/// were held, so a writer waiting behind readers that keep overlapping gets
+/// in once those open now are done, as SQLite's PENDING lock does.
+/// (Regression, a review's: `insert --wait` waited forever while three
+/// readers took turns.) Far past any store's end; locks there write nothing.
+const TURN_BYTE: libc::off_t = 1 << 62;
+
+/// Takes (`F_WRLCK`), gives back (`F_UNLCK`) or asks about (`F_RDLCK` with
+/// `F_OFD_GETLK`: true when a writer holds it) the writer's turn of `file`.
+fn turn(file: &File, cmd: libc::c_int, kind: libc::c_int) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed `flock` is a valid lock description (`l_pid` must
+    // be 0 for OFD locks), passed to fcntl on an open descriptor.
+    unsafe {
+        let mut l: libc::flock = std::mem::zeroed();
+        l.l_type = kind as libc::c_short;
+        l.l_whence = libc::SEEK_SET as libc::c_short;
+        l.l_start = TURN_BYTE;
+        l.l_len = 1;
+        let r = libc::fcntl(file.as_raw_fd(), cmd, &mut l);
+        match cmd {
+            libc::F_OFD_GETLK => r == 0 && l.l_type != libc::F_UNLCK as libc::c_short,
+            _ => r == 0,
+        }
+    }
+}
+
 /// Locks `file`; when another process holds it, retries for up to `wait`
 /// and at least [`LOCK_GRACE`] (none: for the grace), then fails with
 /// [`Error::Locked`]. (Until 2026-11-30 a wait shorter than the grace,
-/// `--wait 0`, gave up sooner than no wait at all.)
+/// `--wait 0`, gave up sooner than no wait at all.) A writer that retries
+/// holds the writer's turn ([`TURN_BYTE`]) meanwhile; a reader does not
+/// lock while another process holds it.
 fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Result<()> {
     // `Some(None)`: no limit (a wait too long to add to the clock).
     let wait = wait.unwrap_or(LOCK_GRACE).max(LOCK_GRACE);
     let deadline = Some(Instant::now().checked_add(wait));
     let mut pause = Duration::from_millis(1);
+    let mut my_turn = false;
     loop {
         let r = if exclusive {
             file.try_lock()
+        } else if turn(file, libc::F_OFD_GETLK, libc::F_RDLCK) {
+            Err(TryLockError::WouldBlock)
         } else {
             file.try_lock_shared()
         };
         match r {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                if my_turn {
+                    turn(file, libc::F_OFD_SETLK, libc::F_UNLCK);
+                }
+                return Ok(());
+            }
             Err(TryLockError::WouldBlock) => {
+                if exclusive && !my_turn {
+                    // Another waiting writer may hold it: then it goes first.
+                    my_turn = turn(file, libc::F_OFD_SETLK, libc::F_WRLCK);
+                }
                 let now = Instant::now();
                 match deadline {
                     Some(Some(d)) if now < d => std::thread::sleep(pause.min(d - now)),
                     Some(None) => std::thread::sleep(pause),
+                    // The turn goes with the file, closed by the caller.
                     _ => return Err(Error::Locked(path.to_path_buf())),
                 }
                 pause = (pause * 2).min(Duration::from_millis(50));
