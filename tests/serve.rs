@@ -163,7 +163,8 @@ impl Server {
     }
 
     /// Starts the server, with its file-size limit (RLIMIT_FSIZE) at
-    /// `fsize` bytes when given and SIGXFSZ ignored: a write past it fails
+    /// `fsize` bytes when given (SIGXFSZ at its default: the binary ignores
+    /// it): a write past it fails
     /// with EFBIG, as a full disk fails with ENOSPC.
     fn start_with(store: &Path, extra: &[&str], fsize: Option<u64>) -> Server {
         let mut cmd = Command::new(BIN);
@@ -1994,6 +1995,51 @@ fn sigterm_says_the_store_is_closing_and_closed() {
     let closing = err.find(&format!("stopped serving; closing {name}"));
     let closed = err.find(&format!("closed {name} in "));
     assert!(closing.is_some() && closed > closing, "{err}");
+}
+
+/// Regression (a review's, 2026-11-30): with a stderr that cannot be
+/// written (`2>/dev/full`), the stop message panicked and the server
+/// exited 101 before closing its store; it stops cleanly now.
+#[test]
+fn sigterm_with_an_unwritable_stderr_still_closes_cleanly() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return;
+    };
+    let (_d, path) = temp_store();
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(full))
+        .spawn()
+        .expect("spawn tagstore serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .expect("listening on ADDR")
+        .parse()
+        .expect("an address");
+    let mut c = Client::connect(addr);
+    assert_eq!(c.call(&["SADD", "o:1:r:obj", "subj"]), R::Int(1));
+    drop(c);
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signalling our own child, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = child.wait().expect("wait");
+    assert!(status.success(), "{status:?}");
+    let store = tagstore::Store::open(&path).expect("open");
+    assert!(
+        !store.recovered_on_open(),
+        "the store was not closed cleanly"
+    );
+    assert_eq!(store.find_subjects("obj", "r").count(), 1);
+    store.close().expect("close");
 }
 
 /// Hot sets (DESIGN.md §5.3.2): a set of 256 members or more read whole

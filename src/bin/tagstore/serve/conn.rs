@@ -254,7 +254,7 @@ impl Conn {
         if self.unsent() > 0 {
             let stuck = now.duration_since(self.progress) > cfg.write_timeout;
             if stuck {
-                eprintln!(
+                say_err!(
                     "tagstore serve: dropped client {}: it read no reply for {} s",
                     self.peer,
                     cfg.write_timeout.as_secs_f64()

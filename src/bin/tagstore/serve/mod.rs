@@ -20,6 +20,16 @@
 //! outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// Writes a line to stderr, as `eprintln!` does, but a stderr that cannot
+/// take it (full, or a pipe nobody reads) is ignored instead of panicking:
+/// a review's `serve 2>/dev/full` exited 101 on SIGTERM, before its close.
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod algebra;
 mod changes;
 mod commands;
@@ -116,7 +126,7 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
     let store = open_or_create(&a.store, a.half_only)?;
     if store.strings_unsure() {
         // Said once at start, not first by a client's failed SCAN.
-        eprintln!(
+        say_err!(
             "tagstore serve: warning: {} is lost or damaged while the store held tags longer \
              than a slot: those tags may be unreadable (SCAN and reads of them fail); `tagstore \
              check` names them, `tagstore export --salvage` saves the rest",
@@ -164,14 +174,14 @@ pub fn run(a: ServeArgs) -> Result<ExitCode, Fail> {
     let served = server::run(listener, &store, &cfg);
     // Closing writes what is not on the disk yet: seconds for a large
     // store in durability `none`, so it is said.
-    eprintln!(
+    say_err!(
         "tagstore serve: stopped serving; closing {}",
         a.store.display()
     );
     let t = std::time::Instant::now();
     let closed = store.close();
     if closed.is_ok() {
-        eprintln!(
+        say_err!(
             "tagstore serve: closed {} in {:.1} s",
             a.store.display(),
             t.elapsed().as_secs_f64()
@@ -200,7 +210,7 @@ fn open_or_create(path: &std::path::Path, half_only: bool) -> Result<Store, Fail
     let store = match open_rw(path) {
         Err(Error::NotFound(_)) => match create() {
             Ok(s) => {
-                eprintln!("tagstore serve: created {}", path.display());
+                say_err!("tagstore serve: created {}", path.display());
                 s
             }
             // Someone else created it meanwhile.

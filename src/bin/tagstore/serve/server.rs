@@ -166,7 +166,7 @@ pub fn run(listener: TcpListener, store: &Store, cfg: &Config) -> io::Result<()>
                 // The handle is unusable now (reopen recovers what is
                 // durable): answer nothing more from it, and stop.
                 let why = e.to_string();
-                eprintln!("tagstore serve: a commit failed, stopping: {why}");
+                say_err!("tagstore serve: a commit failed, stopping: {why}");
                 conns.iter_mut().for_each(|c| c.commit_failed(&why));
                 failed = Some(why);
                 STOP.store(true, Ordering::SeqCst);
@@ -205,7 +205,7 @@ fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>, cfg: &Config) -> bo
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) => {
-                eprintln!("tagstore serve: accept: {e}");
+                say_err!("tagstore serve: accept: {e}");
                 return false;
             }
         };
