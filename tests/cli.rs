@@ -500,6 +500,64 @@ fn a_file_whose_first_lines_are_short_does_not_oversize_the_store() {
     );
 }
 
+/// Regression (a review's, 2026-11-30): the sampled estimate read its
+/// windows at even steps, which fell in step with a file made of equal
+/// parts each starting with long lines (shards joined end to end) and
+/// estimated it five times short: the load split its way up, to a store
+/// half as large again as for the same lines shuffled. Each window now
+/// lies somewhere in its step.
+#[test]
+fn a_file_of_equal_parts_is_estimated_as_its_lines_shuffled() {
+    let (dir, _) = small_store("unused.tags");
+    let head: Vec<String> = (0..5_000)
+        .map(|i| format!("h{i}\tr\tx{}\n", i % 50))
+        .collect();
+    let (mut parts, mut n) = (Vec::new(), 0);
+    for b in 0..32 {
+        let mut part: Vec<String> = (0..20)
+            .map(|j| {
+                format!(
+                    "https://example.org/{}/{b}/{j}\tr\tlong\n",
+                    "p".repeat(1950)
+                )
+            })
+            .collect();
+        let mut size: usize = part.iter().map(String::len).sum();
+        while size < 200_000 {
+            let l = format!("s{n}\tr\ty\n");
+            n += 1;
+            size += l.len();
+            part.push(l);
+        }
+        parts.push(part);
+    }
+    let periodic: String = head.iter().chain(parts.iter().flatten()).cloned().collect();
+    // The same lines with the parts' lines dealt out evenly.
+    let mut all: Vec<&String> = parts.iter().flatten().collect();
+    let stride = 7919;
+    let mut dealt = Vec::with_capacity(all.len());
+    for start in 0..stride {
+        dealt.extend(all.iter().skip(start).step_by(stride).copied());
+    }
+    all = dealt;
+    let shuffled: String = head.iter().chain(all).cloned().collect();
+    let mut size = Vec::new();
+    for (name, text) in [("periodic", periodic), ("shuffled", shuffled)] {
+        let st = dir.path().join(format!("{name}.tags"));
+        ok(run(&["create", s(&st)]));
+        let file = write_file(dir.path(), &format!("{name}.tsv"), text.as_bytes());
+        ok(run(&["insert", s(&st), "--file", s(&file)]));
+        size.push(std::fs::metadata(&st).expect("metadata").len());
+    }
+    let ratio = size[0] as f64 / size[1] as f64;
+    assert!(
+        (0.8..=1.25).contains(&ratio),
+        "equal parts: {} bytes, the same lines dealt out: {} bytes",
+        size[0],
+        size[1]
+    );
+}
+
 /// `good` lines, then `bad`, then more good lines that must not be loaded.
 fn load_with_bad_line(good: usize, bad: &[u8], label: &str) {
     let (dir, st) = small_store("bad.tags");
