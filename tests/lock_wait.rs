@@ -358,3 +358,47 @@ fn a_waiting_writer_is_not_starved_by_overlapping_readers() {
         w.close().expect("close");
     });
 }
+
+/// Regression (a review's, 2026-11-30, of the writer's turn above): a
+/// thread holding a read handle opened a second one while a writer waited
+/// for that very handle: the second open failed (no wait) or hung until
+/// the writer gave up (with a wait). A reader in a thread that holds the
+/// store already no longer waits for the turn (other threads' readers do,
+/// as the test above shows); the writer gets in once the handles close.
+#[test]
+fn a_second_read_handle_does_not_wait_behind_a_writer_waiting_for_the_first() {
+    let (_serial, _dir, path) = setup();
+    let ro = |wait: Option<Duration>| OpenOptions {
+        read_only: true,
+        wait,
+    };
+    let r1 = Store::open_with_options(&path, &ro(None)).expect("first reader");
+    std::thread::scope(|s| {
+        let w = s.spawn(|| {
+            let opts = OpenOptions {
+                read_only: false,
+                wait: Some(Duration::from_secs(30)),
+            };
+            let t = Instant::now();
+            let w = Store::open_with_options(&path, &opts).expect("the writer gets in");
+            w.close().expect("close");
+            t.elapsed()
+        });
+        // The writer has taken its turn by now.
+        std::thread::sleep(Duration::from_millis(300));
+        let t = Instant::now();
+        let r2 = Store::open_with_options(&path, &ro(None)).expect("second reader, no wait");
+        let r3 = Store::open_with_options(&path, &ro(Some(Duration::from_secs(20))))
+            .expect("third reader, with a wait");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the readers waited {:?} for the writer",
+            t.elapsed()
+        );
+        for r in [r1, r2, r3] {
+            r.close().expect("reader: close");
+        }
+        let waited = w.join().expect("writer thread");
+        assert!(waited < Duration::from_secs(20), "writer waited {waited:?}");
+    });
+}

@@ -9,7 +9,8 @@ use foldhash::HashMap;
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 enum Map {
@@ -38,6 +39,61 @@ pub struct MappedFile {
     writeback: Writeback,
     /// Never-written blocks backed ahead of need (started on first use).
     ahead: Option<Ahead>,
+    /// This handle counted among the ones its thread holds on the file.
+    _held: Option<Held>,
+}
+
+/// The store files each thread of this process opened and holds, as
+/// (thread, (device, inode), handles): a reader opening a file its thread
+/// holds already does not wait for a writer's turn, since the writer may
+/// be waiting for that very handle (a review: a second read handle in the
+/// same thread failed, or with a wait hung until the writer gave up).
+/// Other threads' readers wait for the turn, as other processes' do.
+static HELD: Mutex<Vec<HeldEntry>> = Mutex::new(Vec::new());
+
+/// A thread, a file's (device, inode), and how many handles of it the
+/// thread holds.
+type HeldEntry = (ThreadId, (u64, u64), usize);
+
+/// One handle's count in [`HELD`], given back on drop (on whatever thread).
+#[derive(Debug)]
+struct Held(ThreadId, (u64, u64));
+
+impl Held {
+    fn new(id: (u64, u64)) -> Held {
+        let me = std::thread::current().id();
+        let mut h = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        match h.iter_mut().find(|e| e.0 == me && e.1 == id) {
+            Some(e) => e.2 += 1,
+            None => h.push((me, id, 1)),
+        }
+        Held(me, id)
+    }
+
+    /// True when this thread opened, and holds, a handle on the file `id`.
+    fn here(id: (u64, u64)) -> bool {
+        let me = std::thread::current().id();
+        let h = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        h.iter().any(|e| e.0 == me && e.1 == id && e.2 > 0)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut h = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(i) = h.iter().position(|e| e.0 == self.0 && e.1 == self.1) {
+            h[i].2 -= 1;
+            if h[i].2 == 0 {
+                h.swap_remove(i);
+            }
+        }
+    }
+}
+
+/// A file's (device, inode).
+fn file_id(meta: &std::fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
 }
 
 /// Bytes of a memory page.
@@ -147,8 +203,15 @@ fn turn(file: &File, cmd: libc::c_int, kind: libc::c_int) -> bool {
 /// [`Error::Locked`]. (Until 2026-11-30 a wait shorter than the grace,
 /// `--wait 0`, gave up sooner than no wait at all.) A writer that retries
 /// holds the writer's turn ([`TURN_BYTE`]) meanwhile; a reader does not
-/// lock while another process holds it.
-fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Result<()> {
+/// lock while another handle holds it, unless this thread holds the file
+/// `id` already ([`Held`]).
+fn lock(
+    file: &File,
+    path: &Path,
+    id: (u64, u64),
+    exclusive: bool,
+    wait: Option<Duration>,
+) -> Result<()> {
     // `Some(None)`: no limit (a wait too long to add to the clock).
     let wait = wait.unwrap_or(LOCK_GRACE).max(LOCK_GRACE);
     let deadline = Some(Instant::now().checked_add(wait));
@@ -157,7 +220,7 @@ fn lock(file: &File, path: &Path, exclusive: bool, wait: Option<Duration>) -> Re
     loop {
         let r = if exclusive {
             file.try_lock()
-        } else if turn(file, libc::F_OFD_GETLK, libc::F_RDLCK) {
+        } else if !Held::here(id) && turn(file, libc::F_OFD_GETLK, libc::F_RDLCK) {
             Err(TryLockError::WouldBlock)
         } else {
             file.try_lock_shared()
@@ -217,7 +280,8 @@ impl MappedFile {
         if !meta.is_file() {
             return Err(Error::NotARegularFile(path.to_path_buf()));
         }
-        lock(&file, path, writable, wait)?;
+        let id = file_id(&meta);
+        lock(&file, path, id, writable, wait)?;
         // A maintenance run may have renamed a new file over the path between
         // our open and our lock: then we locked the old, unlinked file.
         {
@@ -238,6 +302,7 @@ impl MappedFile {
         }
         let mapped = if writable { headroom(len) } else { len };
         let mut f = Self::with_map(file, path, writable, len, mapped)?;
+        f._held = Some(Held::new(id));
         if f.tmpfs {
             let backed = match writable {
                 true => match f.reserve(0, len) {
@@ -267,10 +332,15 @@ impl MappedFile {
             })?;
         // The file is ours (create_new): on any failure from here, remove it.
         let made = (|| {
-            lock(&file, path, true, None)?;
+            let id = file
+                .metadata()
+                .map(|m| file_id(&m))
+                .map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?;
+            lock(&file, path, id, true, None)?;
             file.set_len(len)
                 .map_err(|e| Error::io(format!("sizing {}", path.display()), e))?;
             let mut f = Self::with_map(file, path, true, len, headroom(len))?;
+            f._held = Some(Held::new(id));
             let backed = if f.tmpfs { len } else { 2 * BLOCK_SIZE as u64 };
             f.reserve(0, backed)?;
             Ok(f)
@@ -314,6 +384,7 @@ impl MappedFile {
             holes: None,
             writeback: Writeback::default(),
             ahead: None,
+            _held: None,
         })
     }
 
