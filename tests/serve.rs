@@ -1922,6 +1922,37 @@ fn an_sadd_stopped_by_the_store_says_how_many_members_stay() {
     );
 }
 
+/// `tagstore serve STORE` on a free port, its stderr to `stderr`, once it
+/// says it listens: the child (stdout taken) and its address.
+fn serve_on_any_port(path: &Path, stderr: Stdio) -> (std::process::Child, SocketAddr) {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg(path)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn tagstore serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read the listening line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("not `listening on ADDR`: {line:?}"));
+    (child, addr)
+}
+
+/// Sends SIGTERM to `child`.
+fn sigterm(child: &std::process::Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signalling our own child, which has not been reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
 /// Regression (a review's): a store whose strings file was lost started
 /// serving without a word, and the first sign was a client's failed SCAN.
 /// The server now warns on stderr as it starts; a sound store gets no
@@ -1937,20 +1968,7 @@ fn a_lost_strings_file_is_said_at_start() {
         s.close().expect("close");
     }
     let start = |path: &Path| {
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg(path)
-            .args(["--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tagstore serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout"))
-            .read_line(&mut line)
-            .expect("read the listening line");
-        assert!(line.starts_with("listening on "), "{line}");
+        let (mut child, _) = serve_on_any_port(path, Stdio::piped());
         child.kill().expect("kill");
         let out = child.wait_with_output().expect("wait");
         String::from_utf8_lossy(&out.stderr).into_owned()
@@ -1971,23 +1989,8 @@ fn a_lost_strings_file_is_said_at_start() {
 #[test]
 fn sigterm_says_the_store_is_closing_and_closed() {
     let (_d, path) = temp_store();
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .arg(&path)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tagstore serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    assert!(line.starts_with("listening on "), "{line}");
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signalling our own child, which has not been reaped.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let (child, _) = serve_on_any_port(&path, Stdio::piped());
+    sigterm(&child);
     let out = child.wait_with_output().expect("wait");
     assert!(out.status.success(), "{:?}", out.status);
     let err = String::from_utf8_lossy(&out.stderr);
@@ -2006,31 +2009,11 @@ fn sigterm_with_an_unwritable_stderr_still_closes_cleanly() {
         return;
     };
     let (_d, path) = temp_store();
-    let mut child = Command::new(BIN)
-        .arg("serve")
-        .arg(&path)
-        .args(["--listen", "127.0.0.1:0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(full))
-        .spawn()
-        .expect("spawn tagstore serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read the listening line");
-    let addr: SocketAddr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .expect("listening on ADDR")
-        .parse()
-        .expect("an address");
+    let (mut child, addr) = serve_on_any_port(&path, Stdio::from(full));
     let mut c = Client::connect(addr);
     assert_eq!(c.call(&["SADD", "o:1:r:obj", "subj"]), R::Int(1));
     drop(c);
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: signalling our own child, which has not been reaped.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    sigterm(&child);
     let status = child.wait().expect("wait");
     assert!(status.success(), "{status:?}");
     let store = tagstore::Store::open(&path).expect("open");
