@@ -201,8 +201,8 @@ fn turn(file: &File, cmd: libc::c_int, kind: libc::c_int) -> bool {
 /// Locks `file`; when another process holds it, retries for up to `wait`
 /// and at least [`LOCK_GRACE`] (none: for the grace), then fails with
 /// [`Error::Locked`]. (Until 2026-11-30 a wait shorter than the grace,
-/// `--wait 0`, gave up sooner than no wait at all.) A writer that retries
-/// holds the writer's turn ([`TURN_BYTE`]) meanwhile; a reader does not
+/// `--wait 0`, gave up sooner than no wait at all.) A writer that waits
+/// past the grace holds the writer's turn ([`TURN_BYTE`]) meanwhile; a reader does not
 /// lock while another handle holds it, unless this thread holds the file
 /// `id` already ([`Held`]).
 fn lock(
@@ -233,8 +233,10 @@ fn lock(
                 return Ok(());
             }
             Err(TryLockError::WouldBlock) => {
-                if exclusive && !my_turn {
-                    // Another waiting writer may hold it: then it goes first.
+                // Only a writer that waits past the grace takes the turn: one
+                // that gives up after it would only hold readers off meanwhile.
+                // Another waiting writer may hold it: then that one goes first.
+                if exclusive && !my_turn && wait > LOCK_GRACE {
                     my_turn = turn(file, libc::F_OFD_SETLK, libc::F_WRLCK);
                 }
                 let now = Instant::now();
