@@ -234,6 +234,27 @@ fn full_stdout_is_an_error_for_every_command() {
 
 /// Case: a tag with missing positional arguments (`insert S a b`) is a usage
 /// error (exit 2), and the store is not touched.
+/// Regression (2026-11-30, after a review found it in `serve`): a line
+/// the CLI writes to stderr on its way (here `--skip-bad` naming a skipped
+/// line) panicked when stderr could not take it (`2>/dev/full`, or a pipe
+/// closed early as in `2>&1 | head`), and the load stopped with exit 101
+/// halfway; it goes on now, and does what it was asked.
+#[test]
+fn an_unwritable_stderr_does_not_stop_a_load() {
+    let (dir, st) = small_store("stderr.tags");
+    let file = write_file(dir.path(), "in.tsv", "a\tr\tb\nbad line\nc\tr\td\n");
+    let status = Command::new(BIN)
+        .args(["insert", s(&st), "--file", s(&file), "--skip-bad"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(dev_full())
+        .status()
+        .expect("run tagstore");
+    assert!(status.success(), "{status:?}");
+    let lines = export_lines(&st);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+}
+
 #[test]
 fn missing_positionals_are_usage_errors() {
     let (dir, st) = small_store("u.tags");

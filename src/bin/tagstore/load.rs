@@ -152,7 +152,7 @@ pub fn load(
     let r = read_and_apply(store, file, verb, tally, &mut reader, &bar, skip_bad);
     bar.finish_and_clear();
     if tally.skipped > NAMED_SKIPS {
-        eprintln!(
+        say_err!(
             "{}: {} more bad lines skipped",
             file.display(),
             tally.skipped - NAMED_SKIPS
@@ -228,7 +228,7 @@ fn read_and_apply<R: io::BufRead>(
                 tally.skipped += 1;
                 if tally.skipped <= NAMED_SKIPS {
                     let line = reader.line_no();
-                    bar.suspend(|| eprintln!("{name}: line {line}: {m}; skipped"));
+                    bar.suspend(|| say_err!("{name}: line {line}: {m}; skipped"));
                 }
             }
             Err(m) => {

@@ -1,5 +1,16 @@
 //! The `tagstore` command-line tool: create, load, query and check a tag store.
 
+/// Writes a line to stderr, as `eprintln!` does, but a stderr that cannot
+/// take it (full, or a pipe nobody reads any more, as `2>&1 | head`) is
+/// ignored instead of panicking mid-command: a review's `serve
+/// 2>/dev/full` exited 101 on SIGTERM, before its close.
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod cluster;
 mod load;
 mod out;
@@ -321,7 +332,7 @@ fn open_ro(path: &std::path::Path) -> tagstore::Result<Store> {
     )
     .map_err(|e| naming(path, e))?;
     if s.recovered_on_open() {
-        eprintln!(
+        say_err!(
             "note: {} was not closed cleanly: this command recovered it in memory, as every \
              read-only command will until a writing one recovers it on disk (for instance \
              `tagstore insert {} --file /dev/null`)",
@@ -668,7 +679,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
                 }
             }
             if salvage {
-                eprintln!(
+                say_err!(
                     "{}",
                     salvage_summary(
                         n,
@@ -817,7 +828,7 @@ fn run(cli: Cli) -> Result<ExitCode, Fail> {
             if !r.ok() {
                 // README's exit-code rule: exit 1 comes with an `error:`
                 // line on stderr (the faults themselves are on stdout).
-                eprintln!(
+                say_err!(
                     "error: {}: check found {} fault{} (listed on stdout)",
                     store.display(),
                     r.faults.len(),

@@ -57,7 +57,7 @@ pub fn load_pool(path: &Path, name: Option<&str>) -> Result<Pool, String> {
         .pool(name)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     if p.hash_defaulted {
-        eprintln!(
+        say_err!(
             "warning: {}: pool {:?} sets no hash: nutcracker then uses fnv1a_64, which \
              clusters keys that differ in their last characters; set `hash: md5` or \
              `hash: murmur` (placement below follows fnv1a_64)",

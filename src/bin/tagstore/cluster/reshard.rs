@@ -165,7 +165,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     } = node_facts(&mut c_new)?;
     if whole_old.iter().chain(&whole_new).any(|w| *w) {
         bar.suspend(|| {
-            eprintln!(
+            say_err!(
                 "warning: some nodes keep whole tags (not started with --half-only): there a \
                  copy's SADD or SREM of one key also changes the tag's other key, which that \
                  node may own, so reads through the proxy may be wrong until the reshard ends, \
@@ -176,7 +176,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     }
     if a.remove && !had_record {
         bar.suspend(|| {
-            eprintln!(
+            say_err!(
                 "warning: no reshard record at {}: every moved key's members are copied again \
                  before they are removed (did the copies use --record?)",
                 path.display()
@@ -468,7 +468,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
     if a.remove {
         if !kept_missing.is_empty() {
             record::append_unsure(&record::unsure_path(&path), &kept_missing)?;
-            eprintln!(
+            say_err!(
                 "warning: a new node restarted since the last copy (or the record, from an \
                  older build, did not note it) and lacks {} members the copies sent it (lost \
                  in the restart, or deleted through the proxy since the switch): they were \
@@ -484,7 +484,7 @@ pub fn reshard(a: &ReshardArgs, out: &mut Out) -> Result<(), String> {
         }
         if !unsure.is_empty() {
             let left = unsure.iter().filter(|u| u.0 == "left").count();
-            eprintln!(
+            say_err!(
                 "warning: the last copy before the switch did not finish: of the {} members it \
                  was changing, {} were on their old nodes and were copied again, {left} were \
                  not and may remain on the new nodes. Each is listed in {} (copied|left, key, \
@@ -653,7 +653,7 @@ fn resend_missing(
     }
     for (j, (lost, keys)) in per_node {
         c_new.bar.suspend(|| {
-            eprintln!(
+            say_err!(
                 "warning: new node {} restarted since the last copy and lost {lost} \
                  members of {keys} keys copied to it: this copy sends them again",
                 c_new.labels[j]

@@ -20,16 +20,6 @@
 //! outside tests.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-/// Writes a line to stderr, as `eprintln!` does, but a stderr that cannot
-/// take it (full, or a pipe nobody reads) is ignored instead of panicking:
-/// a review's `serve 2>/dev/full` exited 101 on SIGTERM, before its close.
-macro_rules! say_err {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
-}
-
 mod algebra;
 mod changes;
 mod commands;
