@@ -88,8 +88,9 @@ pub struct OpenOptions {
     /// Wait up to this long for a lock another process holds; `None` (or
     /// less than 100 ms) fails with [`Error::Locked`](crate::Error::Locked)
     /// after a 100 ms grace (a child process forked meanwhile holds the
-    /// lock until it execs). A writer that waits takes the writer's turn:
-    /// readers opening meanwhile wait for it too (or fail after the grace),
-    /// except in a thread that holds a handle on the store already.
+    /// lock until it execs). A writer that waits past that grace takes the
+    /// writer's turn: readers opening meanwhile wait for it too (or fail
+    /// after the grace), except in a thread that holds a handle on the
+    /// store already.
     pub wait: Option<Duration>,
 }

@@ -202,9 +202,9 @@ fn turn(file: &File, cmd: libc::c_int, kind: libc::c_int) -> bool {
 /// and at least [`LOCK_GRACE`] (none: for the grace), then fails with
 /// [`Error::Locked`]. (Until 2026-11-30 a wait shorter than the grace,
 /// `--wait 0`, gave up sooner than no wait at all.) A writer that waits
-/// past the grace holds the writer's turn ([`TURN_BYTE`]) meanwhile; a reader does not
-/// lock while another handle holds it, unless this thread holds the file
-/// `id` already ([`Held`]).
+/// past the grace holds the writer's turn ([`TURN_BYTE`]) meanwhile; a
+/// reader does not lock while another handle holds it, unless this thread
+/// holds the file `id` already ([`Held`]).
 fn lock(
     file: &File,
     path: &Path,
@@ -217,10 +217,12 @@ fn lock(
     let deadline = Some(Instant::now().checked_add(wait));
     let mut pause = Duration::from_millis(1);
     let mut my_turn = false;
+    // A reader whose thread holds the file already ignores the turn.
+    let heeds_turn = !exclusive && !Held::here(id);
     loop {
         let r = if exclusive {
             file.try_lock()
-        } else if !Held::here(id) && turn(file, libc::F_OFD_GETLK, libc::F_RDLCK) {
+        } else if heeds_turn && turn(file, libc::F_OFD_GETLK, libc::F_RDLCK) {
             Err(TryLockError::WouldBlock)
         } else {
             file.try_lock_shared()

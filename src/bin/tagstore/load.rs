@@ -294,8 +294,8 @@ const SAMPLE_BYTES: usize = 64 * 1024;
 
 /// The mean length in bytes of the whole lines found in [`SAMPLES`] windows,
 /// one in each equal step of bytes `from..len` of `file` (the part not
-/// read yet),
-/// `None` if it cannot be read again or they hold too few lines. Taken from
+/// read yet), `None` if it cannot be read again or they hold too few
+/// lines. Taken from
 /// the first lines alone, the estimate of a file whose first lines were
 /// much shorter than the rest sized the store 9 times too large (a
 /// review's: 5,000 short lines, then 300,000 of 90 bytes, made a 1.35 GB
@@ -308,12 +308,12 @@ fn sampled_line_bytes(file: &Path, from: u64, len: u64) -> Option<f64> {
     let (mut bytes, mut lines) = (0u64, 0u64);
     let span = len.checked_sub(from)?;
     let stratum = span / SAMPLES;
+    let room = stratum.saturating_sub(SAMPLE_BYTES as u64);
     for k in 0..SAMPLES {
         // One window somewhere in each step of the rest, not at its start:
         // windows evenly spaced fell in step with a file made of equal
         // parts (shards joined end to end, each starting with long lines),
         // and estimated a review's such file 5 times short.
-        let room = stratum.saturating_sub(SAMPLE_BYTES as u64);
         let jitter = match room {
             0 => 0,
             r => mix(len ^ k.wrapping_mul(0x9E37_79B9_7F4A_7C15)) % r,
